@@ -1,0 +1,39 @@
+# The two commands of the README:  make book  |  make test
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.kvbook-installed
+
+.PHONY: book test install unit notebooks clean-cache clean linkcheck bench
+
+$(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip==26.3"
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps -r requirements-nodeps.txt
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+# Execute every chapter (jupyter-cache: unchanged chapters are reused; a change to analysis/ or data/
+# invalidates the cache) and render _build/html, with warnings (and nitpicky references) as errors.
+book: $(STAMP)
+	$(BIN)/python -m analysis.build
+
+test: $(STAMP)
+	$(BIN)/python -m analysis.build
+	$(BIN)/python -m pytest -q -ra
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q -ra -m "not notebook"
+
+bench: $(STAMP)
+	for f in benchmarks/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+clean-cache:
+	rm -rf _build/.jupyter_cache .cache
+
+clean:
+	rm -rf _build runs

@@ -1,0 +1,105 @@
+"""On-disk cache of expensive results, keyed by a content hash of their inputs.
+
+``cached(namespace, inputs, compute)`` returns ``compute()`` and stores it under
+``$KVBOOK_CACHE`` (default ``.cache/`` in the checkout) in a file named by the sha256 of
+``namespace``, the JSON-canonical ``inputs`` and, by default, the source of the ``analysis``
+package, so a code change recomputes and an unchanged rebuild reuses. Writes are atomic (temporary
+file, then rename): an interrupted run never leaves a half-written entry. ``@disk_cache`` wraps a
+function whose arguments are JSON-serialisable (numpy scalars and arrays included).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import pickle
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("KVBOOK_CACHE", REPO_ROOT / ".cache"))
+
+
+@functools.lru_cache(maxsize=1)
+def package_hash() -> str:
+    """sha256 over the source of every module of ``analysis`` and the in-repo data tables."""
+    h = hashlib.sha256()
+    files = sorted(PACKAGE_DIR.rglob("*.py")) + sorted((REPO_ROOT / "data").glob("*.csv")) + sorted(
+        (REPO_ROOT / "data").glob("*.yaml"))
+    for f in files:
+        h.update(str(f.relative_to(REPO_ROOT)).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def _default(o):
+    if isinstance(o, np.ndarray):
+        return {"__ndarray__": hashlib.sha256(np.ascontiguousarray(o).tobytes()).hexdigest(),
+                "dtype": str(o.dtype), "shape": list(o.shape)}
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, (set, frozenset)):
+        return sorted(o)
+    if isinstance(o, Path):
+        return str(o)
+    if hasattr(o, "__dataclass_fields__"):
+        import dataclasses
+        return dataclasses.asdict(o)
+    raise TypeError(f"cannot hash {type(o).__name__} for the cache key; pass JSON-like inputs")
+
+
+def key(namespace: str, inputs, *, code: bool = True) -> str:
+    payload = json.dumps({"ns": namespace, "in": inputs, "code": package_hash() if code else None},
+                         sort_keys=True, default=_default)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def cached(namespace: str, inputs, compute, *, code: bool = True, enabled: bool | None = None):
+    """Return ``compute()``, memoised on disk under the hash of ``(namespace, inputs, code)``."""
+    if enabled is None:
+        enabled = not os.environ.get("KVBOOK_NO_CACHE")
+    if not enabled:
+        return compute()
+    k = key(namespace, inputs, code=code)
+    path = cache_dir() / namespace / f"{k}.pkl"
+    if path.is_file():
+        try:
+            with open(path, "rb") as fh:
+                return pickle.load(fh)
+        except Exception:  # corrupt entry (e.g. disk full earlier): recompute and overwrite
+            path.unlink(missing_ok=True)
+    value = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".pkl")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            pickle.dump(value, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return value
+
+
+def disk_cache(namespace: str, *, code: bool = True):
+    """Decorator form of :func:`cached`; the key is the function's bound arguments."""
+    def deco(fn):
+        import inspect
+        sig = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            bound = sig.bind(*args, **kwargs)
+            bound.apply_defaults()
+            return cached(f"{namespace}", {"fn": fn.__qualname__, "args": dict(bound.arguments)},
+                          lambda: fn(*args, **kwargs), code=code)
+        wrapper.uncached = fn
+        return wrapper
+    return deco

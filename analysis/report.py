@@ -1,0 +1,117 @@
+"""Gluing computed values into the prose (myst-nb ``glue``), with the raw value kept for reruns.
+
+``glue(name, value, fmt)`` displays ``fmt.format(value)`` as the text that ``{glue:text}`` /
+``{glue}`` roles render in the book, and stores the raw value in the output metadata under
+``kvbook`` so that :mod:`analysis.rerun` can put it, unformatted, into results tables.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+
+GLUE_PREFIX = "application/papermill.record/"  # myst-nb's prefix for glued, non-displayed data
+
+
+def _jsonable(value):
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    try:
+        json.dumps(value)
+        return value
+    except TypeError:
+        return str(value)
+
+
+def fmt_bytes(n: float, digits: int = 3) -> str:
+    """Human-readable bytes in SI units (kB = 1e3 B): 327680 -> '328 kB'."""
+    n = float(n)
+    for unit, f in (("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= f:
+            return f"{n / f:.{digits}g} {unit}"
+    return f"{n:.{digits}g} B"
+
+
+def format_value(value, fmt: str | None = None) -> str:
+    if fmt is None:
+        if isinstance(value, (bool, np.bool_)):
+            return str(bool(value))
+        if isinstance(value, (int, np.integer)):
+            return f"{int(value):,}"
+        if isinstance(value, (float, np.floating)):
+            return f"{float(value):,.3g}"
+        return str(value)
+    if fmt == "bytes":
+        return fmt_bytes(value)
+    return fmt.format(value)
+
+
+def glue(name: str, value, fmt: str | None = None) -> str:
+    """Glue ``value`` under ``name`` (not displayed in the cell); returns the displayed text."""
+    from IPython.display import display
+
+    text = format_value(value, fmt)
+    display({GLUE_PREFIX + "text/plain": text}, raw=True,
+            metadata={"scrapbook": {"name": name, "mime_prefix": GLUE_PREFIX},
+                      "kvbook": {"name": name, "value": _jsonable(value), "text": text}})
+    return text
+
+
+def glued_values(nb) -> dict:
+    """Raw glued values of an executed notebook (``name -> value``), in glue order."""
+    out = {}
+    for cell in nb.get("cells", []):
+        for o in cell.get("outputs", []) or []:
+            md = o.get("metadata", {}) or {}
+            if "kvbook" in md:
+                out[md["kvbook"]["name"]] = md["kvbook"]["value"]
+            elif "scrapbook" in md:
+                data = o.get("data", {})
+                prefix = md["scrapbook"].get("mime_prefix", "")
+                out.setdefault(md["scrapbook"]["name"], data.get(prefix + "text/plain"))
+    return out
+
+
+VERDICTS = ("reproduced", "partly reproduced", "not reproduced", "not testable from public data")
+
+
+def verdict(computed: float, published: float, rel_tol: float = 0.10, partial_tol: float = 0.30) -> str:
+    """'reproduced' within ``rel_tol`` relative error, 'partly reproduced' within ``partial_tol``,
+    else 'not reproduced'."""
+    err = abs(float(computed) - float(published)) / abs(float(published))
+    if err <= rel_tol:
+        return VERDICTS[0]
+    if err <= partial_tol:
+        return VERDICTS[1]
+    return VERDICTS[2]
+
+
+def versions() -> dict:
+    """Versions of Python and the packages the book is built with (for each chapter's footer)."""
+    import importlib.metadata as md
+    import platform
+
+    out = {"python": platform.python_version()}
+    for pkg in ("numpy", "scipy", "pandas", "seaborn", "matplotlib", "jupyter-book", "myst-nb", "jupytext",
+                "papermill", "kvbook-analysis"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+def rerun_footer(chapter: str, sweep: str | None = None):
+    """Markdown for the end of a chapter: how to rerun it and the versions it was built with."""
+    from IPython.display import Markdown
+
+    lines = ["**Rerun this chapter** with other parameters (papermill):", "",
+             "```bash", f"python -m analysis.rerun book/{chapter}.md -p NAME VALUE ...",
+             f"python -m analysis.rerun book/{chapter}.md --list-params"]
+    if sweep:
+        lines.append(f"python -m analysis.rerun --sweep sweeps/{sweep} --jobs 2")
+    lines += ["```", "", "**Built with** " + ", ".join(f"{k} {v}" for k, v in versions().items()) + "."]
+    return Markdown("\n".join(lines))

@@ -1,0 +1,285 @@
+"""Rerun chapters with other parameters through papermill.
+
+    python -m analysis.rerun book/01_kv_footprint.md -p context_tokens 1048576 -p dtype fp8
+    python -m analysis.rerun --sweep sweeps/kv_footprint_grid.yaml --jobs 2
+    python -m analysis.rerun --sweep sweeps/kv_footprint_grid.yaml --dask tcp://HOST:PORT
+
+A single run writes ``runs/<chapter>/<run-id>/`` holding the executed notebook, ``params.json`` and
+``result.csv`` (one row: parameters + glued values). A sweep writes each run under
+``runs/<sweep>/<run-id>/`` and one tidy ``runs/<sweep>/results.csv`` (one row per run, status and
+error included). Every parameter of every run is validated before anything executes. A run is
+written to ``<run-id>.partial`` and renamed only when complete; a failed run is renamed
+``<run-id>.failed`` with ``error.txt``, so no directory looks complete unless it is.
+
+Sweep file format (YAML)::
+
+    chapter: book/01_kv_footprint.md
+    name: kv_footprint_grid          # optional, default: the file's stem
+    fixed: {batch: 1}                # optional, applied to every run
+    grid:                            # cartesian product
+      dtype: [bf16, fp8]
+      context_tokens: [32768, 1048576]
+    runs:                            # optional explicit list of extra parameter sets
+      - {dtype: fp4, context_tokens: 4096}
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import os
+import shutil
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import yaml
+
+from . import params as _params
+from .report import glued_values
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = REPO_ROOT / "runs"
+
+
+class RerunError(RuntimeError):
+    """A chapter or sweep file cannot be run as given; the message says why and what to do."""
+
+
+def chapter_path(chapter: str | os.PathLike) -> Path:
+    p = Path(chapter)
+    cands = [p, REPO_ROOT / p, REPO_ROOT / "book" / p, REPO_ROOT / "book" / f"{p}.md"]
+    for c in cands:
+        if c.is_file() and c.suffix in (".md", ".ipynb"):
+            return c.resolve()
+    known = sorted(x.name for x in (REPO_ROOT / "book").glob("[0-9][0-9]_*.md"))
+    raise RerunError(f"chapter {str(chapter)!r} not found; chapters: {', '.join(known)}")
+
+
+def run_id(chapter: str, values: dict) -> str:
+    """Deterministic id of a run: the chapter stem and a short hash of its parameters."""
+    digest = hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    return f"{Path(chapter).stem}-{digest}"
+
+
+def prepare(chapter, overrides: dict) -> tuple[Path, dict]:
+    """Resolve the chapter and validate the overrides against its schema (raises ParameterError)."""
+    path = chapter_path(chapter)
+    schema = _params.schema(path.stem)
+    full = _params.validate(schema, overrides, partial=True)
+    return path, {k: full[k] for k in overrides}
+
+
+def _read_notebook(path: Path):
+    import jupytext
+    import nbformat
+
+    nb = jupytext.read(path) if path.suffix == ".md" else nbformat.read(path, as_version=4)
+    nb.metadata.setdefault("kernelspec", {"name": "python3", "display_name": "Python 3", "language": "python"})
+    if not any("parameters" in c.get("metadata", {}).get("tags", []) for c in nb.cells):
+        raise RerunError(f"{path} has no cell tagged 'parameters'")
+    return nb
+
+
+def execute(chapter, overrides: dict, out_dir, *, kernel: str = "python3", timeout_s: int = 3600,
+            progress: bool = False) -> dict:
+    """Execute one chapter with ``overrides`` into ``out_dir/<run-id>``; returns the result row.
+
+    Never raises for a failure inside the notebook: the row has ``status='failed'`` and ``error``."""
+    import papermill as pm
+
+    path, overrides = prepare(chapter, overrides)
+    rid = run_id(path.stem, overrides)
+    out_dir = Path(out_dir)
+    final, partial, failed = out_dir / rid, out_dir / f"{rid}.partial", out_dir / f"{rid}.failed"
+    for d in (partial, failed):
+        if d.exists():
+            shutil.rmtree(d)
+    partial.mkdir(parents=True)
+    row = {"run_id": rid, "chapter": path.name, **{f"param.{k}": v for k, v in overrides.items()}}
+    (partial / "params.json").write_text(json.dumps({"chapter": path.name, "parameters": overrides}, indent=2))
+    t0 = time.perf_counter()
+    nb_out = partial / f"{path.stem}.ipynb"
+    try:
+        nb = _read_notebook(path)
+        pm.execute_notebook(nb, str(nb_out), parameters=overrides, kernel_name=kernel, cwd=str(path.parent),
+                            progress_bar=progress, execution_timeout=timeout_s, log_output=False)
+        import nbformat
+        values = glued_values(nbformat.read(nb_out, as_version=4))
+        row.update(status="ok", error="", seconds=round(time.perf_counter() - t0, 2))
+        row.update({f"glue.{k}": v for k, v in values.items()})
+        _write_row(partial / "result.csv", row)
+        if final.exists():
+            shutil.rmtree(final)
+        partial.rename(final)
+        row["path"] = str(final)
+    except Exception as exc:  # the notebook failed: keep what it wrote, marked as failed
+        msg = _short_error(exc)
+        row.update(status="failed", error=msg, seconds=round(time.perf_counter() - t0, 2))
+        (partial / "error.txt").write_text(msg + "\n\n" + traceback.format_exc())
+        partial.rename(failed)
+        row["path"] = str(failed)
+    return row
+
+
+def _short_error(exc: Exception) -> str:
+    name = getattr(exc, "ename", type(exc).__name__)
+    value = getattr(exc, "evalue", str(exc))
+    return f"{name}: {value}".strip()[:2000]
+
+
+def _write_row(path: Path, row: dict) -> None:
+    import pandas as pd
+
+    pd.DataFrame([row]).to_csv(path, index=False)
+
+
+# ------------------------------------------------------------------------------------------ sweeps
+
+def load_sweep(file) -> tuple[Path, str, list[dict]]:
+    """Parse and validate a sweep file; returns (chapter path, sweep name, list of overrides)."""
+    file = Path(file)
+    if not file.is_file():
+        raise RerunError(f"sweep file {file} not found; sweeps: {', '.join(sorted(p.name for p in (REPO_ROOT / 'sweeps').glob('*.yaml')))}")
+    try:
+        spec = yaml.safe_load(file.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise RerunError(f"{file} is not valid YAML: {exc}") from exc
+    unknown = set(spec) - {"chapter", "name", "fixed", "grid", "runs", "description"}
+    if unknown:
+        raise RerunError(f"{file}: unknown keys {sorted(unknown)}; allowed: chapter, name, description, fixed, grid, runs")
+    if "chapter" not in spec:
+        raise RerunError(f"{file}: missing 'chapter: book/NN_slug.md'")
+    path = chapter_path(spec["chapter"])
+    fixed = spec.get("fixed") or {}
+    grid = spec.get("grid") or {}
+    for k, v in grid.items():
+        if not isinstance(v, list) or not v:
+            raise RerunError(f"{file}: grid.{k} must be a non-empty list of values")
+    points = [dict(fixed, **dict(zip(grid, combo))) for combo in itertools.product(*grid.values())] if grid else []
+    points += [dict(fixed, **r) for r in (spec.get("runs") or [])]
+    if not points:
+        points = [dict(fixed)]
+    schema = _params.schema(path.stem)
+    errors = []
+    for i, p in enumerate(points):
+        try:
+            _params.validate(schema, p, partial=True)
+        except _params.ParameterError as exc:
+            errors.append(f"run {i} {p}: {exc}")
+    if errors:
+        raise _params.ParameterError(f"{file}: {len(errors)} of {len(points)} runs are invalid, nothing was run:\n"
+                                     + "\n".join(errors))
+    return path, str(spec.get("name") or file.stem), points
+
+
+def _execute_star(args):
+    chapter, overrides, out_dir, kernel, timeout_s = args
+    return execute(chapter, overrides, out_dir, kernel=kernel, timeout_s=timeout_s)
+
+
+def run_sweep(file, *, jobs: int = 2, out_root=DEFAULT_OUT, dask: str | None = None, kernel: str = "python3",
+              timeout_s: int = 3600, progress: bool = True):
+    """Run every point of a sweep; returns the results table (pandas DataFrame)."""
+    import pandas as pd
+    from tqdm.auto import tqdm
+
+    path, name, points = load_sweep(file)
+    out_dir = Path(out_root) / name
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tasks = [(str(path), p, str(out_dir), kernel, timeout_s) for p in points]
+    rows = []
+    bar = tqdm(total=len(tasks), desc=name, unit="run", disable=not progress, file=sys.stderr)
+    if dask:
+        from distributed import Client, as_completed
+
+        with Client(dask) as client:
+            futures = client.map(_execute_star, tasks, pure=False)
+            for fut in as_completed(futures):
+                rows.append(fut.result())
+                bar.update()
+    elif jobs <= 1:
+        for t in tasks:
+            rows.append(_execute_star(t))
+            bar.update()
+    else:
+        from concurrent.futures import ProcessPoolExecutor, as_completed as cf_completed
+        import multiprocessing as mp
+
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+            futs = [pool.submit(_execute_star, t) for t in tasks]
+            for fut in cf_completed(futs):
+                rows.append(fut.result())
+                bar.update()
+    bar.close()
+    order = {run_id(path.stem, prepare(path, p)[1]): i for i, p in enumerate(points)}
+    rows.sort(key=lambda r: order.get(r["run_id"], 0))
+    df = pd.DataFrame(rows)
+    tmp = out_dir / ".results.csv.tmp"
+    df.to_csv(tmp, index=False)
+    tmp.replace(out_dir / "results.csv")
+    return df
+
+
+# --------------------------------------------------------------------------------------------- CLI
+
+def _parse_value(text: str):
+    """A ``-p`` value is read as YAML: 12 -> int, 1.5 -> float, true -> bool, [a, b] -> list."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m analysis.rerun", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("chapter", nargs="?", help="chapter file, e.g. book/01_kv_footprint.md")
+    ap.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"), default=[],
+                    help="parameter override (VALUE read as YAML); repeatable")
+    ap.add_argument("--sweep", help="sweep file (YAML), e.g. sweeps/kv_footprint_grid.yaml")
+    ap.add_argument("--jobs", type=int, default=2, help="parallel local runs for a sweep (default 2)")
+    ap.add_argument("--dask", metavar="ADDRESS", help="run a sweep on a Dask cluster, e.g. tcp://HOST:8786")
+    ap.add_argument("--out", default=str(DEFAULT_OUT), help="output root (default runs/)")
+    ap.add_argument("--kernel", default="python3")
+    ap.add_argument("--timeout", type=int, default=3600, help="per-cell timeout in seconds")
+    ap.add_argument("--list-params", action="store_true", help="print the chapter's parameters and exit")
+    a = ap.parse_args(argv)
+    try:
+        if a.sweep:
+            if a.chapter or a.parameter:
+                raise RerunError("give either a chapter with -p overrides, or --sweep, not both")
+            if a.jobs < 1:
+                raise RerunError("--jobs must be >= 1")
+            df = run_sweep(a.sweep, jobs=a.jobs, out_root=a.out, dask=a.dask, kernel=a.kernel, timeout_s=a.timeout)
+            failed = df[df["status"] != "ok"]
+            out = Path(a.out) / load_sweep(a.sweep)[1] / "results.csv"
+            print(f"{len(df) - len(failed)} of {len(df)} runs succeeded; results table: {out}")
+            for _, r in failed.iterrows():
+                ps = {k[6:]: r[k] for k in r.index if k.startswith("param.")}
+                print(f"FAILED {r['run_id']} {ps}: {r['error']}", file=sys.stderr)
+            return 1 if len(failed) else 0
+        if not a.chapter:
+            ap.error("give a chapter (book/NN_slug.md) or --sweep FILE")
+        if a.list_params:
+            print(_params.describe(chapter_path(a.chapter).stem))
+            return 0
+        overrides = {}
+        for name, value in a.parameter:
+            overrides[name] = _parse_value(value)
+        path, overrides = prepare(a.chapter, overrides)
+        row = execute(path, overrides, Path(a.out) / path.stem, kernel=a.kernel, timeout_s=a.timeout, progress=True)
+        if row["status"] != "ok":
+            print(f"FAILED {row['run_id']} {overrides}: {row['error']} (details: {row['path']}/error.txt)", file=sys.stderr)
+            return 1
+        print(f"ok: {row['path']} ({row['seconds']} s); result row: {row['path']}/result.csv")
+        return 0
+    except (_params.ParameterError, RerunError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
