@@ -177,10 +177,17 @@ def schema(chapter: str) -> dict[str, Param]:
     """The schema of a chapter, by file stem or path (``book/01_kv_footprint.md``)."""
     from pathlib import Path
 
+    import os
+
     stem = Path(chapter).stem
-    if stem not in CHAPTERS:
+    chapters = dict(CHAPTERS)
+    # extra chapters (your own notebooks): KVBOOK_EXTRA_CHAPTERS="stem=module:attr,stem2=module:attr"
+    for item in filter(None, os.environ.get("KVBOOK_EXTRA_CHAPTERS", "").split(",")):
+        k, _, v = item.partition("=")
+        chapters[k.strip()] = v.strip()
+    if stem not in chapters:
         raise ParameterError(f"no parameter schema for chapter {chapter!r}; chapters: {', '.join(CHAPTERS)}")
-    mod, attr = CHAPTERS[stem].split(":")
+    mod, attr = chapters[stem].split(":")
     return getattr(importlib.import_module(mod), attr)
 
 

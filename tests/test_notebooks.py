@@ -1,0 +1,26 @@
+"""Every chapter executed through papermill with its small parameter set (sweeps/smoke_*.yaml)."""
+from pathlib import Path
+
+import pytest
+
+from analysis import rerun
+
+REPO = Path(__file__).resolve().parent.parent
+SMOKE = sorted((REPO / "sweeps").glob("smoke_*.yaml"))
+
+
+def test_every_chapter_has_a_smoke_sweep():
+    chapters = {p.stem for p in (REPO / "book").glob("[0-9][0-9]_*.md")}
+    covered = {rerun.load_sweep(s)[0].stem for s in SMOKE}
+    assert chapters <= covered, f"chapters without sweeps/smoke_<chapter>.yaml: {sorted(chapters - covered)}"
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("sweep", SMOKE, ids=[s.stem for s in SMOKE])
+def test_chapter_executes_with_small_parameters(sweep, tmp_path):
+    df = rerun.run_sweep(sweep, jobs=1, out_root=tmp_path, progress=False)
+    failed = df[df.status != "ok"]
+    assert failed.empty, failed[["run_id", "error"]].to_string()
+    glued = [c for c in df.columns if c.startswith("glue.")]
+    assert glued, "the chapter glued no values"
+    assert df[glued].notna().all().all()

@@ -1,0 +1,106 @@
+"""Specs and data registry: validation, provenance, clear errors."""
+import shutil
+
+import pytest
+
+from analysis import data, roofline, specs
+
+
+def test_unknown_model_lists_close_matches():
+    with pytest.raises(specs.UnknownNameError) as e:
+        specs.model("Llama-3.1-7OB")
+    assert "Llama-3.1-70B" in str(e.value) and "Allowed" in str(e.value)
+
+
+def test_unknown_gpu():
+    with pytest.raises(specs.UnknownNameError, match="unknown gpu 'H1000'"):
+        specs.gpu("H1000")
+
+
+def test_models_have_required_fields_and_provenance():
+    names = set(specs.model_names())
+    required = {"GPT-2 small", "GPT-2 XL", "Llama-3.1-8B", "Llama-3.1-70B", "Llama-3.1-405B", "Mixtral-8x7B",
+                "Qwen3-235B-A22B", "DeepSeek-V3", "Kimi-K2", "Kimi-Linear-48B-A3B", "Gemma-3-27B", "gpt-oss-120b",
+                "SmolLM2-135M"}
+    assert required <= names
+    for m in specs.models():
+        assert m.source.startswith("http") and m.date[:2] in ("20",)
+
+
+def test_gpu_values_in_si():
+    h100 = specs.gpu("H100-SXM5-80GB")
+    assert h100["hbm_capacity"] == 80e9 and h100["hbm_bandwidth"] == 3.35e12
+    assert h100.flops("fp8") == pytest.approx(2 * h100.flops("bf16"), rel=1e-3)
+    assert h100["rent"] == pytest.approx(2.2 / 3600)
+
+
+def test_negative_bandwidth_is_rejected():
+    with pytest.raises(specs.SpecError, match="finite number >= 0"):
+        specs.gpu("H100-SXM5-80GB").replace(hbm_bandwidth=-1.0)
+    with pytest.raises(ValueError, match="bandwidth must be finite and > 0"):
+        roofline.op_time(1e9, 1e9, 1e12, -5.0)
+
+
+def test_inconsistent_model_row_names_field():
+    with pytest.raises(specs.SpecError, match="n_kv_heads"):
+        specs.model("Llama-3.1-8B").replace(n_kv_heads=5)
+    with pytest.raises(specs.SpecError, match="n_sliding_layers"):
+        specs.model("Llama-3.1-8B").replace(n_sliding_layers=40, sliding_window=10)
+
+
+def test_registry_resolves_and_verifies():
+    p = data.path("mooncake_conversation")
+    assert p.is_file() and data.sha256(p) == data.registry()["mooncake_conversation"]["sha256"]
+
+
+def test_corrupt_file_is_an_error(tmp_path, monkeypatch):
+    mirror = data.registry()["mooncake_conversation"]["mirror"]
+    bad = tmp_path / mirror
+    bad.parent.mkdir(parents=True)
+    bad.write_text('{"timestamp": 0}\n')
+    monkeypatch.setenv("KVBOOK_DATA", str(tmp_path))
+    with pytest.raises(data.DataError, match="corrupt or a different version"):
+        data.path("mooncake_conversation")
+
+
+def test_missing_file_says_how_to_obtain(tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "EXTERNAL_DIR", tmp_path / "ext")
+    monkeypatch.setattr(data, "SHARED_MIRROR", tmp_path / "none")
+    monkeypatch.delenv("KVBOOK_DATA", raising=False)
+    monkeypatch.setenv("KVBOOK_OFFLINE", "1")
+    with pytest.raises(data.DataError) as e:
+        data.path("mooncake_conversation")
+    msg = str(e.value)
+    assert "raw.githubusercontent.com/kvcache-ai/Mooncake" in msg and "KVBOOK_DATA" in msg and "sha256" in msg
+
+
+def test_unknown_registry_name():
+    with pytest.raises(data.DataError, match="registered files"):
+        data.path("nope")
+
+
+def test_table_requires_provenance(tmp_path, monkeypatch):
+    (tmp_path / "t.csv").write_text("a,source,date\n1,x,2026-01-01\n2,,2026-01-01\n")
+    monkeypatch.setattr(data, "DATA_DIR", tmp_path)
+    with pytest.raises(data.DataError, match=r"lines \[3\] have no 'source'"):
+        data.table("t.csv")
+
+
+def test_corrupt_hardware_table(tmp_path, monkeypatch):
+    shutil.copy(data.DATA_DIR / "hardware.csv", tmp_path / "hardware.csv")
+    with open(tmp_path / "hardware.csv", "a") as fh:
+        fh.write("X1,gpu,hbm_bandwidth,-3,TB/s,somewhere,2026-01-01,0,\n")
+    monkeypatch.setattr(data, "DATA_DIR", tmp_path)
+    specs._hardware.cache_clear()
+    try:
+        with pytest.raises(specs.SpecError, match="must be finite and >= 0"):
+            specs.gpu("X1")
+    finally:
+        specs._hardware.cache_clear()
+
+
+def test_published_figures_carry_source():
+    row = data.published("mooncake_llama3_70b_kv_per_token")
+    assert row["value"] == 320 and "Mooncake" in row["source"]
+    with pytest.raises(data.DataError, match="no published figure"):
+        data.published("nope")
