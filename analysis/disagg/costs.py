@@ -1,0 +1,324 @@
+"""Per-layer operator costs of one forward pass, on the roofline, vectorised over candidate plans.
+
+Everything here is numpy-broadcast: every argument that describes a plan (tokens, sequences, context,
+tensor/data parallel degrees, device peaks) may be an array, so one call prices many thousands of
+candidate plans at once. Units are SI (seconds, bytes, FLOP, FLOP/s, bytes/s).
+
+Per layer, for the tokens of one forward pass on one *instance* of ``n = tp * dp`` devices:
+
+* attention block: QKV and output projections (GEMM on ``tokens / dp`` rows, weights split ``tp``
+  ways), attention core (FLOPs of the attended (query, key) pairs; bytes of the KV cache read, split
+  by ``dp`` over sequences and by ``min(tp, n_kv_heads)`` over KV heads, MLA latent not split by
+  TP), KV written for the new tokens; sliding-window layers read at most ``window`` tokens;
+  linear-attention layers read and write a fixed state per sequence;
+* FFN block: dense FFN (weights split over the ``n`` devices) or MoE: FLOPs of the ``active +
+  shared`` experts per token, and weight bytes of the experts *actually touched* by the batch,
+  ``E * (1 - (1 - k/E)^T)`` of ``E`` routed experts for ``T`` tokens (batch-dependent), times a named
+  load-imbalance factor;
+* communication: tensor-parallel all-reduce (two per layer), expert-parallel all-to-all (dispatch
+  and combine per MoE layer), each ``bytes / (link * link_eff) + latency``;
+* once per forward: LM head (and the embedding gather) and a fixed per-step overhead.
+
+Each operator costs ``max(FLOPs / (peak * compute_eff), bytes / (bandwidth * bw_eff))``
+(:func:`analysis.roofline.op_time` semantics) and operators add up (no overlap between operators).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+import numpy as np
+
+from .. import kv
+from ..specs import ModelSpec, model as _model
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Achievable fractions of peak and fixed overheads: the simulator's only tunable constants.
+
+    Defaults are round engineering values (stated, not fitted); :mod:`analysis.disagg.validate`
+    fits some of them per GPU on a training split of measured runs."""
+
+    compute: float = 0.6           # achieved / peak tensor FLOP/s (GEMMs and attention)
+    bandwidth: float = 0.8         # achieved / peak HBM bandwidth
+    link: float = 0.7              # achieved / peak scale-up (NVLink) or scale-out bandwidth
+    step_overhead_s: float = 2e-3  # per forward pass: scheduler, sampling, launch
+    layer_overhead_s: float = 2e-5 # per layer per forward pass: kernel launches not hidden
+    collective_latency_s: float = 1e-5  # per collective (all-reduce, all-to-all, AF hop)
+    moe_imbalance: float = 1.2     # hottest device's expert load / mean load
+    mem_reserve: float = 0.1       # fraction of device memory kept free (activations, workspace)
+
+    def replace(self, **kw) -> "Efficiency":
+        e = replace(self, **kw)
+        e.check()
+        return e
+
+    def check(self):
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if not np.isfinite(v) or v < 0:
+                raise ValueError(f"Efficiency.{f.name} must be finite and >= 0, got {v!r}")
+        for f in ("compute", "bandwidth", "link"):
+            if not 0 < getattr(self, f) <= 1:
+                raise ValueError(f"Efficiency.{f} must be in (0, 1], got {getattr(self, f)!r}")
+        if not 0 <= self.mem_reserve < 1:
+            raise ValueError(f"Efficiency.mem_reserve must be in [0, 1), got {self.mem_reserve!r}")
+        if self.moe_imbalance < 1:
+            raise ValueError(f"Efficiency.moe_imbalance must be >= 1, got {self.moe_imbalance!r}")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Per-layer sizes of a model, precomputed once (scalars)."""
+
+    name: str
+    h: float
+    n_layers: int
+    n_full: int
+    n_sliding: int
+    window: float
+    n_linear: int
+    n_dense: int
+    n_moe: int
+    attn_params: float          # per softmax-attention layer (projections)
+    lin_params: float           # per linear-attention layer
+    lin_state_elems: float      # recurrent state elements per linear layer and sequence
+    kv_elems: float             # KV elements per token per softmax layer
+    kv_split_max: float         # KV heads (TP splits KV up to this); 1 for MLA
+    pair_flops_prefill: float   # FLOPs per (query, key) pair per layer
+    pair_flops_decode: float    # same, decode (MLA absorbed: attends in the latent space)
+    dense_params: float         # per dense FFN layer
+    expert_params: float        # one routed expert
+    n_experts: int
+    k_active: int
+    n_shared: int
+    vocab: float
+    embed_params: float
+    lm_head_params: float
+
+    @property
+    def attn_weights(self) -> float:
+        """Parameters of all attention blocks (softmax + linear)."""
+        return (self.n_full + self.n_sliding) * self.attn_params + self.n_linear * self.lin_params
+
+    @property
+    def ffn_weights(self) -> float:
+        return (self.n_dense * self.dense_params
+                + self.n_moe * ((self.n_experts + self.n_shared) * self.expert_params + self.h * self.n_experts))
+
+    @property
+    def total_params(self) -> float:
+        return self.attn_weights + self.ffn_weights + self.embed_params + self.lm_head_params
+
+
+def shape(model: str | ModelSpec) -> Shape:
+    m = _model(model)
+    mats = 3 if m.ffn_gated else 2
+    if m.attention == "mla":
+        pair_dec = 2.0 * m.n_heads * (2 * m.mla_kv_lora_rank + m.mla_qk_rope_dim)
+        split = 1.0
+    else:
+        pair_dec = kv.attention_core_flops_per_layer_token(m)
+        split = float(m.n_kv_heads)
+    return Shape(
+        name=m.name, h=float(m.hidden_size), n_layers=m.n_layers, n_full=m.n_full_layers,
+        n_sliding=m.n_sliding_layers, window=float(m.sliding_window or 0), n_linear=m.n_linear_layers,
+        n_dense=m.n_dense_layers, n_moe=m.n_moe_layers if m.is_moe else 0,
+        attn_params=float(kv.attention_params_per_layer(m)),
+        lin_params=float(kv.linear_attention_params_per_layer(m)) if m.n_linear_layers else 0.0,
+        lin_state_elems=float(m.linear_heads * m.linear_dk * m.linear_dv),
+        kv_elems=float(kv.kv_elements_per_token_layer(m)), kv_split_max=split,
+        pair_flops_prefill=kv.attention_core_flops_per_layer_token(m), pair_flops_decode=pair_dec,
+        dense_params=float(mats * m.hidden_size * m.ffn_intermediate),
+        expert_params=float(mats * m.hidden_size * m.moe_intermediate) if m.is_moe else 0.0,
+        n_experts=m.moe_experts if m.is_moe else 0, k_active=m.moe_active if m.is_moe else 0,
+        n_shared=m.moe_shared if m.is_moe else 0, vocab=float(m.vocab_size),
+        embed_params=float(m.vocab_size * m.hidden_size),
+        lm_head_params=0.0 if m.tied_embeddings else float(m.vocab_size * m.hidden_size),
+    )
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Bytes per element of weights, KV cache and activations, and the compute dtype."""
+
+    weight_bytes: float = 2.0
+    kv_bytes: float = 2.0
+    act_bytes: float = 2.0
+    compute: str = "bf16"
+
+    @classmethod
+    def named(cls, name: str) -> "Precision":
+        table = {"bf16": cls(2.0, 2.0, 2.0, "bf16"), "fp8": cls(1.0, 1.0, 2.0, "fp8"),
+                 "fp4": cls(0.5625, 1.0, 2.0, "fp4"),  # NVFP4: 4 bits + one fp8 scale per 16
+                 "int4": cls(0.5625, 1.0, 2.0, "bf16")}  # weight-only int4, bf16 math
+        if name not in table:
+            raise ValueError(f"unknown precision {name!r}; use one of {sorted(table)}")
+        return table[name]
+
+
+def _rf(flops, bytes_, peak, bw, eff: Efficiency):
+    return np.maximum(flops / (peak * eff.compute), bytes_ / (bw * eff.bandwidth))
+
+
+def experts_touched(tokens, n_experts: int, k_active: int):
+    """Expected number of distinct routed experts hit by ``tokens`` tokens (uniform routing)."""
+    t = np.asarray(tokens, dtype=float)
+    if n_experts <= 0:
+        return np.zeros_like(t)
+    return n_experts * (1.0 - (1.0 - k_active / n_experts) ** t)
+
+
+def attention_block(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, tokens, seqs, kv_tokens,
+                    pairs_full, pairs_slide, tp, dp):
+    """Time of all attention blocks (all layers) on one device of an instance, per forward pass.
+
+    ``tokens``: new tokens in the pass (whole instance); ``seqs``: sequences in the pass;
+    ``kv_tokens``: cached tokens read per full layer (summed over sequences); ``pairs_*``: attended
+    (query, key) pairs per full / sliding layer, summed over sequences."""
+    tok = tokens / dp
+    split = np.minimum(tp, s.kv_split_max)
+    wb, kb, ab = prec.weight_bytes, prec.kv_bytes, prec.act_bytes
+    # projections (one GEMM group per layer)
+    proj_f = 2.0 * tok * s.attn_params / tp
+    proj_b = s.attn_params * wb / tp + tok * s.h * ab * 2.0
+    t_proj = _rf(proj_f, proj_b, peak, bw, eff)
+    pf = np.where(tokens > seqs, s.pair_flops_prefill, s.pair_flops_decode)
+    # full-attention core
+    core_f = pairs_full / dp * pf / tp
+    core_b = (kv_tokens + tokens) / dp * s.kv_elems * kb / split
+    t_full = _rf(core_f, core_b, peak, bw, eff)
+    t = (s.n_full + s.n_sliding) * t_proj + s.n_full * t_full
+    if s.n_sliding:
+        kv_sl = np.minimum(kv_tokens, seqs * s.window)
+        t_sl = _rf(pairs_slide / dp * pf / tp, (kv_sl + tokens) / dp * s.kv_elems * kb / split, peak, bw, eff)
+        t = t + s.n_sliding * t_sl
+    if s.n_linear:
+        lf = 2.0 * tok * s.lin_params / tp + 4.0 * tok * s.lin_state_elems / tp
+        lb = s.lin_params * wb / tp + 2.0 * seqs / dp * s.lin_state_elems * 4.0 / tp + tok * s.h * ab * 2.0
+        t = t + s.n_linear * _rf(lf, lb, peak, bw, eff)
+    return t
+
+
+def ffn_block(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, tokens, n):
+    """Time of all FFN blocks (dense and MoE layers) on one device when ``n`` devices share them
+    (dense: tensor-split; MoE: experts spread over the ``n`` devices)."""
+    wb, ab = prec.weight_bytes, prec.act_bytes
+    t = 0.0
+    if s.n_dense:
+        f = 2.0 * tokens * s.dense_params / n
+        b = s.dense_params * wb / n + tokens * s.h * ab * 2.0 / np.sqrt(n)
+        t = t + s.n_dense * _rf(f, b, peak, bw, eff)
+    if s.n_moe:
+        u = experts_touched(tokens, s.n_experts, s.k_active) + s.n_shared
+        f = 2.0 * tokens * (s.k_active + s.n_shared) * s.expert_params / n * eff.moe_imbalance
+        b = (u * s.expert_params * wb / n * np.where(n > 1, eff.moe_imbalance, 1.0)
+             + tokens * s.h * s.n_experts * wb / n  # router
+             + tokens * (s.k_active + 1) * s.h * ab * 2.0 / n)
+        t = t + s.n_moe * _rf(f, b, peak, bw, eff)
+    return t
+
+
+def head_time(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, seqs, tokens, n):
+    """LM head for the ``seqs`` tokens that produce logits, plus the embedding gather."""
+    f = 2.0 * seqs * s.vocab * s.h / n
+    b = s.vocab * s.h * prec.weight_bytes / n + tokens * s.h * prec.act_bytes
+    return _rf(f, b, peak, bw, eff)
+
+
+def comm_time(s: Shape, prec: Precision, eff: Efficiency, link, *, tokens, tp, dp, cp_tokens=0.0):
+    """Intra-instance communication per forward: two TP all-reduces per layer (ring: each device
+    moves ``2 (tp-1)/tp`` of the activations) and, for MoE with ``n = tp*dp > 1``, an all-to-all
+    dispatch + combine per MoE layer (each token's activation to ``k`` experts)."""
+    n = tp * dp
+    ab = prec.act_bytes
+    tok = tokens / dp
+    ar = np.where(tp > 1, 2.0 * (tp - 1) / tp * tok * s.h * ab / (link * eff.link) + eff.collective_latency_s, 0.0)
+    t = 2.0 * s.n_layers * ar
+    if s.n_moe:
+        a2a = np.where(n > 1, 2.0 * tok * s.k_active * s.h * ab * (n - 1) / n / (link * eff.link)
+                       + 2 * eff.collective_latency_s, 0.0)
+        t = t + s.n_moe * a2a
+    else:
+        # dense FFN split over all n devices with attention DP: gather/scatter around the FFN
+        t = t + np.where(dp > 1, s.n_layers * (2.0 * tok * s.h * ab / (link * eff.link)
+                                                + eff.collective_latency_s), 0.0)
+    return t + cp_time(s, prec, eff, link, cp_tokens=cp_tokens, dp=dp)
+
+
+def cp_time(s: Shape, prec: Precision, eff: Efficiency, link, *, cp_tokens, dp):
+    """Context parallelism: a prompt with fewer sequences than DP ranks is split over the ranks
+    (ring attention); each rank receives the other ranks' KV of ``cp_tokens`` tokens per layer."""
+    return np.where((cp_tokens > 0) & (dp > 1),
+                    (s.n_full + s.n_sliding) * cp_tokens * (dp - 1) / dp * s.kv_elems * prec.kv_bytes
+                    / (link * eff.link), 0.0)
+
+
+def pass_inputs(s: Shape, *, dec_seqs=0.0, dec_ctx=0.0, pre_seqs=0.0, pre_len=0.0, pre_prefix=0.0):
+    """Tokens, sequences, cached tokens read and attended pairs of one forward pass holding
+    ``dec_seqs`` decoding sequences at context ``dec_ctx`` and ``pre_seqs`` prefill chunks of
+    ``pre_len`` new tokens after ``pre_prefix`` cached ones (all broadcastable arrays)."""
+    dec_seqs, dec_ctx, pre_seqs, pre_len, pre_prefix = (np.asarray(x, dtype=float) for x in
+                                                        (dec_seqs, dec_ctx, pre_seqs, pre_len, pre_prefix))
+    tokens = dec_seqs + pre_seqs * pre_len
+    seqs = dec_seqs + pre_seqs
+    kv_tokens = dec_seqs * dec_ctx + pre_seqs * pre_prefix
+    pairs_full = dec_seqs * (dec_ctx + 1) + pre_seqs * kv.attended_pairs(pre_len, pre_prefix)
+    if s.n_sliding:
+        w = s.window
+        pairs_slide = dec_seqs * np.minimum(dec_ctx + 1, w) + pre_seqs * kv.attended_pairs(pre_len, pre_prefix, w)
+    else:
+        pairs_slide = np.zeros_like(pairs_full)
+    # prompts fewer than the DP ranks are split over them (context parallelism, see cp_time)
+    cp_tokens = pre_seqs * pre_len
+    return dict(tokens=tokens, seqs=seqs, kv_tokens=kv_tokens, pairs_full=pairs_full, pairs_slide=pairs_slide,
+                cp_tokens=cp_tokens)
+
+
+def forward_parts(s: Shape, prec: Precision, eff: Efficiency, dev_attn: dict, dev_ffn: dict, *, tp, dp,
+                  n_ffn, **pass_kw):
+    """Per-forward times of the parts: attention side (attention blocks + LM head + overheads),
+    FFN side (FFN blocks) and the intra-instance communication (of the attention side)."""
+    p = pass_inputs(s, **pass_kw)
+    ta = attention_block(s, prec, eff, dev_attn["flops"], dev_attn["bw"], tokens=p["tokens"], seqs=p["seqs"],
+                         kv_tokens=p["kv_tokens"], pairs_full=p["pairs_full"], pairs_slide=p["pairs_slide"],
+                         tp=tp, dp=dp)
+    ta = ta + head_time(s, prec, eff, dev_attn["flops"], dev_attn["bw"], seqs=p["seqs"], tokens=p["tokens"], n=tp * dp)
+    tf = ffn_block(s, prec, eff, dev_ffn["flops"], dev_ffn["bw"], tokens=p["tokens"], n=n_ffn)
+    return ta, tf, p
+
+
+def colocated_pass_time(s: Shape, prec: Precision, eff: Efficiency, dev: dict, *, tp, dp=1, **pass_kw):
+    """Time of one forward pass on an instance of ``tp * dp`` devices holding attention and FFN."""
+    tp = np.asarray(tp, dtype=float)
+    dp = np.asarray(dp, dtype=float)
+    ta, tf, p = forward_parts(s, prec, eff, dev, dev, tp=tp, dp=dp, n_ffn=tp * dp, **pass_kw)
+    cp = np.where(np.asarray(pass_kw.get("pre_seqs", 0.0)) < dp, p["cp_tokens"], 0.0)
+    tc = comm_time(s, prec, eff, dev["link"], tokens=p["tokens"], tp=tp, dp=dp, cp_tokens=cp)
+    return ta + tf + tc + eff.step_overhead_s + s.n_layers * eff.layer_overhead_s
+
+
+def af_hop_time(s: Shape, prec: Precision, eff: Efficiency, net, *, tokens, n_attn, n_ffn):
+    """One attention->FFN->attention round trip of ``tokens`` activations in one layer (the slower
+    side's per-device link bounds it; MoE tokens go to ``k`` experts)."""
+    fan = max(s.k_active, 1) if s.n_moe else 1
+    by = tokens * s.h * prec.act_bytes * fan
+    per_dev = np.maximum(by / n_attn, by / n_ffn)
+    return 2.0 * (per_dev / (net * eff.link) + eff.collective_latency_s)
+
+
+def weight_bytes_per_device(s: Shape, prec: Precision, *, tp, n, part="all"):
+    """Weight bytes on each device: attention weights split ``tp`` ways (replicated over DP), FFN
+    and embeddings split over the ``n`` devices."""
+    a = (s.attn_weights) * prec.weight_bytes / tp + (s.embed_params + s.lm_head_params) * prec.weight_bytes / n
+    f = s.ffn_weights * prec.weight_bytes / n
+    return {"all": a + f, "attn": a, "ffn": f}[part]
+
+
+def kv_bytes_per_device(s: Shape, prec: Precision, *, seqs, ctx, tp, dp):
+    """KV cache (and linear-attention state) per device for ``seqs`` sequences of ``ctx`` tokens."""
+    ctx = np.asarray(ctx, dtype=float)
+    split = np.minimum(tp, s.kv_split_max)
+    per_seq = (s.n_full * ctx + s.n_sliding * np.minimum(ctx, s.window)) * s.kv_elems * prec.kv_bytes / split
+    per_seq = per_seq + s.n_linear * s.lin_state_elems * 4.0 / tp
+    return seqs / dp * per_seq

@@ -1,0 +1,459 @@
+"""Deployment modes and the vectorised parallelism / sizing search.
+
+A *role* is a set of identical instances doing one job: colocated serving (``C``), prefill (``P``),
+decode (``D``), or one side of an attention/FFN split (``A``/``F`` for both phases, ``PA``/``PF``
+for prefill, ``DA``/``DF`` for decode). Modes are compositions of roles:
+
+=========  ==========================================  ==========================================
+mode       roles                                       what runs where
+=========  ==========================================  ==========================================
+C          C                                           continuous batching + chunked prefill
+PD         P, D                                        prefill pool, decode pool, KV transfer
+AF         A, F                                        attention pool, FFN pool, both phases
+3-way      P, DA, DF                                   prefill pool; decode split attention/FFN
+PDAF       PA, PF, DA, DF                              both phases split attention/FFN
+=========  ==========================================  ==========================================
+
+Every candidate configuration of a role (devices, TP, DP/EP, batch, micro-batches, chunk size,
+prefill utilisation, device type) is priced at once with numpy; the mode's plan then combines its
+roles' best feasible candidates. Pools are *rate-matched*: a plan's throughput per device is
+``1 / sum(devices per (request/s) of each phase)``, i.e. devices are shared between the phases in
+the proportion their work needs (pools of fractional size; the plan picture scales them to the
+budget). Instances must fit the budget together (one instance of each role at least).
+
+Latency model (per request, steady state, open arrivals at the utilisation the plan chooses):
+* C / AF: a fraction ``f = B I / (O K)`` of iterations carry a prefill chunk of ``K`` tokens
+  (interference); TPOT is the mean iteration time, TTFT = ``ceil(I/K)`` mixed iterations + M/D/1
+  wait for the chunk slot + half an iteration.
+* P: batches of ``b`` prompts at utilisation ``rho``: TTFT = pass + M/D/1 wait + batch-forming wait
+  + exposed KV transfer (layer-wise overlapped, over the prefill instance's NICs).
+* D / DA+DF: TPOT = one decode iteration at the mean context ``I + O/2``.
+* A/F split: per layer with ``m`` ping-pong micro-batches, ``max(m * max(a, f, x), a + f + x)`` for
+  attention ``a``, FFN ``f`` and activation transfer ``x`` of one micro-batch.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..specs import ModelSpec
+from . import costs, devices as _devices
+from .costs import Efficiency, Precision
+
+MODES = ("C", "PD", "AF", "3-way", "PDAF")
+MODE_ROLES = {"C": ("C",), "PD": ("P", "D"), "AF": ("A", "F"), "3-way": ("P", "DA", "DF"),
+              "PDAF": ("PA", "PF", "DA", "DF")}
+ROLES = ("C", "P", "D", "A", "F", "PA", "PF", "DA", "DF")
+
+
+class SearchError(ValueError):
+    """Bad search input (SLO, workload, budget, role hardware)."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    input_tokens: float
+    output_tokens: float
+    name: str = ""
+
+    def __post_init__(self):
+        for f in ("input_tokens", "output_tokens"):
+            v = getattr(self, f)
+            if not (isinstance(v, (int, float, np.integer, np.floating)) and math.isfinite(v) and v >= 1):
+                raise SearchError(f"Workload.{f} must be a finite number >= 1 token, got {v!r}")
+
+
+@dataclass(frozen=True)
+class SLO:
+    ttft_s: float
+    tpot_s: float
+
+    def __post_init__(self):
+        for f in ("ttft_s", "tpot_s"):
+            v = getattr(self, f)
+            if not (isinstance(v, (int, float, np.integer, np.floating)) and math.isfinite(v) and v > 0):
+                raise SearchError(f"impossible SLO: {f} must be a finite time > 0 seconds, got {v!r}")
+
+
+def _p2(lo, hi):
+    out, v = [], lo
+    while v <= hi:
+        out.append(v)
+        v *= 2
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The candidate values the search enumerates (each role takes the product of its axes)."""
+
+    sizes: tuple = _p2(1, 64)                 # devices per instance (per pool for A/F)
+    tps: tuple = (1, 2, 4, 8)                 # tensor-parallel degree (DP/EP = size / tp)
+    batches: tuple = _p2(1, 4096)             # decode sequences per instance
+    chunks: tuple = _p2(512, 32768)           # chunked-prefill tokens per iteration (C, AF)
+    prefill_batches: tuple = (1, 2, 4, 8, 16)  # prompts per prefill pass
+    utilisations: tuple = (0.5, 0.7, 0.85)    # prefill pool utilisation
+    microbatches: tuple = (1, 2, 3)           # ping-pong micro-batches (A/F split)
+
+    def limited(self, budget: int) -> "Grid":
+        from dataclasses import replace
+        sz = tuple(x for x in self.sizes if x <= budget)
+        if not sz:
+            raise SearchError(f"budget {budget} devices is smaller than every instance size {self.sizes}")
+        return replace(self, sizes=sz)
+
+
+def _mesh(**axes):
+    keys = list(axes)
+    grids = np.meshgrid(*[np.asarray(axes[k], dtype=float) for k in keys], indexing="ij")
+    return {k: g.ravel() for k, g in zip(keys, grids)}
+
+
+def _kv_total_bytes_per_token(s, prec):
+    return (s.n_full + s.n_sliding) * s.kv_elems * prec.kv_bytes
+
+
+def _cap(dev, eff):
+    return dev["cap"] * (1.0 - eff.mem_reserve)
+
+
+# ------------------------------------------------------------------------------ role candidates
+
+def _ar(s, prec, eff, link, tokens, tp):
+    """Two TP all-reduces per layer for ``tokens`` activations (attention side of a split)."""
+    return np.where(tp > 1, 2.0 * s.n_layers * (2.0 * (tp - 1) / tp * tokens * s.h * prec.act_bytes
+                                                 / (link * eff.link) + eff.collective_latency_s), 0.0)
+
+
+def _split_step(s, prec, eff, da, df, *, tp, n_a, n_f, m, **pass_kw):
+    """Forward-pass time of an attention/FFN split with ``m`` ping-pong micro-batches; ``pass_kw``
+    describe the whole pass and are divided among micro-batches."""
+    kw = {k: (np.asarray(v, dtype=float) / m if k in ("dec_seqs", "pre_seqs") else v) for k, v in pass_kw.items()}
+    dp = n_a / tp
+    ta, tf, p = costs.forward_parts(s, prec, eff, da, df, tp=tp, dp=dp, n_ffn=n_f, **kw)
+    ta = ta + _ar(s, prec, eff, da["link"], p["tokens"] / dp, tp)
+    cp = np.where(np.asarray(kw.get("pre_seqs", 0.0)) < dp, p["cp_tokens"], 0.0)
+    ta = ta + costs.cp_time(s, prec, eff, da["link"], cp_tokens=cp, dp=dp)
+    if not s.n_moe:  # dense FFN split over n_f devices: one all-reduce per layer inside the FFN pool
+        tf = tf + np.where(n_f > 1, s.n_layers * (2.0 * (n_f - 1) / n_f * p["tokens"] * s.h * prec.act_bytes
+                                                  / (df["link"] * eff.link) + eff.collective_latency_s), 0.0)
+    L = s.n_layers
+    a = ta / L + eff.layer_overhead_s
+    f = tf / L
+    x = costs.af_hop_time(s, prec, eff, np.minimum(da["net"], df["net"]), tokens=p["tokens"], n_attn=n_a, n_ffn=n_f)
+    layer = np.maximum(m * np.maximum(np.maximum(a, f), x), a + f + x)
+    return L * layer + eff.step_overhead_s
+
+
+def _chunk_geometry(I, K):
+    pre_len = np.minimum(K, I)
+    return pre_len, K / pre_len, np.where(K < I, (I - K) / 2.0, 0.0)
+
+
+def _finish(out, rate, devices, dollars):
+    out["rate"] = rate                       # requests/s of one instance (or unit)
+    out["devices"] = devices
+    out["dollars"] = dollars
+    out["dev_per_rate"] = devices / rate     # device-seconds per request
+    out["usd_per_rate"] = dollars / rate
+    return out
+
+
+def role_candidates(role, model, wl: Workload, hw, *, prec: Precision, eff: Efficiency, grid: Grid,
+                    budget: int):
+    """All candidate configurations of one role, priced: a dict of equal-length arrays with
+    ``feasible`` (fits in memory, steady state exists), ``ttft`` or ``tpot`` (seconds), ``rate``,
+    ``devices``, ``dev_per_rate``, ``usd_per_rate`` and the configuration axes. ``hw`` is a device
+    name (or dict) for single-pool roles and a pair ``(attention, ffn)`` for split units."""
+    s = model if isinstance(model, costs.Shape) else costs.shape(model)
+    I, O = float(wl.input_tokens), float(wl.output_tokens)
+    ctx = I + O / 2.0
+    g = grid.limited(budget)
+    if role in ("C", "P", "D"):
+        dev = _devices.device(hw, prec.compute)
+        if role == "C":
+            c = _mesh(size=g.sizes, tp=g.tps, batch=g.batches, chunk=g.chunks)
+        elif role == "P":
+            c = _mesh(size=g.sizes, tp=g.tps, pbatch=g.prefill_batches, rho=g.utilisations)
+        else:
+            c = _mesh(size=g.sizes, tp=g.tps, batch=g.batches)
+        ok = c["tp"] <= c["size"]
+        c = {k: v[ok] for k, v in c.items()}
+        size, tp = c["size"], c["tp"]
+        dp = size / tp
+        wbytes = costs.weight_bytes_per_device(s, prec, tp=tp, n=size)
+        run = lambda **kw: costs.colocated_pass_time(s, prec, eff, dev, tp=tp, dp=dp, **kw)
+        if role == "C":
+            B, K = c["batch"], c["chunk"]
+            pl, ps, pp = _chunk_geometry(I, K)
+            t_mix = run(dec_seqs=B, dec_ctx=ctx, pre_seqs=ps, pre_len=pl, pre_prefix=pp)
+            t_dec = run(dec_seqs=B, dec_ctx=ctx)
+            f = B * I / (O * K)
+            tpot = f * t_mix + (1 - f) * t_dec
+            service = np.ceil(I / K) * t_mix
+            fc = np.minimum(f, 0.999)
+            c["ttft"] = service + fc / (2 * (1 - fc)) * service + t_dec / 2
+            c["tpot"] = tpot
+            c["interference"] = t_mix / t_dec
+            mem = wbytes + costs.kv_bytes_per_device(s, prec, seqs=B + ps, ctx=I + O, tp=tp, dp=dp)
+            c["feasible"] = (f < 1) & (mem <= _cap(dev, eff)) & (B >= dp)
+            rate = B / (O * tpot)
+        elif role == "P":
+            b, rho = c["pbatch"], c["rho"]
+            t = run(pre_seqs=b, pre_len=I)
+            x = I * _kv_total_bytes_per_token(s, prec) / (size * dev["net"] * eff.link)
+            exposed = np.maximum(x - t, 0.0) + x / s.n_layers
+            c["ttft"] = t + rho / (2 * (1 - rho)) * t + (b - 1) / (2 * rho * b) * t + exposed
+            mem = wbytes + costs.kv_bytes_per_device(s, prec, seqs=b, ctx=I, tp=tp, dp=dp)
+            c["feasible"] = mem <= _cap(dev, eff)
+            rate = rho * b / t
+        else:
+            B = c["batch"]
+            t = run(dec_seqs=B, dec_ctx=ctx)
+            c["tpot"] = t
+            mem = wbytes + costs.kv_bytes_per_device(s, prec, seqs=B, ctx=I + O, tp=tp, dp=dp)
+            c["feasible"] = (mem <= _cap(dev, eff)) & (B >= dp)
+            rate = B / (O * t)
+        c["hw"] = np.full(size.shape, dev["name"], dtype=object)
+        return _finish(c, rate, size, size * dev["price"])
+
+    # attention/FFN split units: A+F (both phases), PA+PF (prefill), DA+DF (decode)
+    if role not in ("AF", "PAF", "DAF"):
+        raise SearchError(f"unknown role {role!r}; roles: C, P, D, AF, PAF, DAF")
+    ha, hf = hw
+    da, df = _devices.device(ha, prec.compute), _devices.device(hf, prec.compute)
+    base = dict(n_a=g.sizes, tp=g.tps, n_f=g.sizes, m=g.microbatches)
+    if role == "AF":
+        c = _mesh(**base, batch=g.batches, chunk=g.chunks[::2])
+    elif role == "PAF":
+        c = _mesh(**base, pbatch=g.prefill_batches, rho=g.utilisations)
+    else:
+        c = _mesh(**base, batch=g.batches)
+    ok = (c["tp"] <= c["n_a"]) & (c["n_a"] + c["n_f"] <= budget)
+    c = {k: v[ok] for k, v in c.items()}
+    n_a, tp, n_f, m = c["n_a"], c["tp"], c["n_f"], c["m"]
+    dp = n_a / tp
+    wa = costs.weight_bytes_per_device(s, prec, tp=tp, n=n_a, part="attn")
+    wf = costs.weight_bytes_per_device(s, prec, tp=1, n=n_f, part="ffn")
+    run = lambda **kw: _split_step(s, prec, eff, da, df, tp=tp, n_a=n_a, n_f=n_f, m=m, **kw)
+    if role == "AF":
+        B, K = c["batch"], c["chunk"]
+        pl, ps, pp = _chunk_geometry(I, K)
+        t_mix = run(dec_seqs=B, dec_ctx=ctx, pre_seqs=ps, pre_len=pl, pre_prefix=pp)
+        t_dec = run(dec_seqs=B, dec_ctx=ctx)
+        f = B * I / (O * K)
+        tpot = f * t_mix + (1 - f) * t_dec
+        service = np.ceil(I / K) * t_mix
+        fc = np.minimum(f, 0.999)
+        c["ttft"] = service + fc / (2 * (1 - fc)) * service + t_dec / 2
+        c["tpot"] = tpot
+        kvb = costs.kv_bytes_per_device(s, prec, seqs=B + ps, ctx=I + O, tp=tp, dp=dp)
+        c["feasible"] = (f < 1) & (wa + kvb <= _cap(da, eff)) & (wf <= _cap(df, eff)) & (B >= dp * m)
+        rate = B / (O * tpot)
+    elif role == "PAF":
+        b, rho = c["pbatch"], c["rho"]
+        t = run(pre_seqs=b, pre_len=I)
+        x = I * _kv_total_bytes_per_token(s, prec) / (n_a * da["net"] * eff.link)
+        exposed = np.maximum(x - t, 0.0) + x / s.n_layers
+        c["ttft"] = t + rho / (2 * (1 - rho)) * t + (b - 1) / (2 * rho * b) * t + exposed
+        kvb = costs.kv_bytes_per_device(s, prec, seqs=b, ctx=I, tp=tp, dp=dp)
+        c["feasible"] = (wa + kvb <= _cap(da, eff)) & (wf <= _cap(df, eff)) & (b >= m)
+        rate = rho * b / t
+    else:
+        B = c["batch"]
+        t = run(dec_seqs=B, dec_ctx=ctx)
+        c["tpot"] = t
+        kvb = costs.kv_bytes_per_device(s, prec, seqs=B, ctx=I + O, tp=tp, dp=dp)
+        c["feasible"] = (wa + kvb <= _cap(da, eff)) & (wf <= _cap(df, eff)) & (B >= dp * m)
+        rate = B / (O * t)
+    c["hw_a"] = np.full(n_a.shape, da["name"], dtype=object)
+    c["hw_f"] = np.full(n_a.shape, df["name"], dtype=object)
+    return _finish(c, rate, n_a + n_f, n_a * da["price"] + n_f * df["price"])
+
+
+# ------------------------------------------------------------------------------------- modes
+
+MODE_UNITS = {"C": (("C", "C"),), "PD": (("P", "P"), ("D", "D")), "AF": (("AF", ("A", "F")),),
+              "3-way": (("P", "P"), ("DAF", ("DA", "DF"))), "PDAF": (("PAF", ("PA", "PF")), ("DAF", ("DA", "DF")))}
+
+
+def default_hardware(device: str | list) -> dict:
+    """Every role on the same candidate device list."""
+    lst = [device] if isinstance(device, str) else list(device)
+    return {r: lst for r in ROLES}
+
+
+def _unit_hw(roles, hardware):
+    if isinstance(roles, str):
+        return list(hardware[roles])
+    a, f = roles
+    return list(itertools.product(hardware[a], hardware[f]))
+
+
+def _check_hardware(hardware, mode):
+    names = set(_devices.names())
+    for r in itertools.chain.from_iterable((x,) if isinstance(x, str) else x for _, x in MODE_UNITS[mode]):
+        if r not in hardware or not hardware[r]:
+            raise SearchError(f"mode {mode}: no hardware given for role {r!r} (roles: {ROLES})")
+        for h in hardware[r]:
+            if not isinstance(h, dict) and h not in names:
+                _devices.device(h)  # raises UnknownNameError with the allowed names
+
+
+def unit_candidates(unit, roles, model, wl, hardware, **kw):
+    """Candidates of one unit concatenated over its hardware choices."""
+    parts = [role_candidates(unit, model, wl, hw, **kw) for hw in _unit_hw(roles, hardware)]
+    keys = parts[0].keys()
+    return {k: np.concatenate([p[k] for p in parts]) for k in keys}
+
+
+@dataclass
+class Plan:
+    """The best plan of a mode (or why there is none)."""
+
+    mode: str
+    feasible: bool
+    reason: str = ""
+    tokens_per_s_per_device: float = float("nan")
+    tokens_per_s_per_kusd: float = float("nan")
+    ttft_s: float = float("nan")
+    tpot_s: float = float("nan")
+    units: list = field(default_factory=list)  # one dict per unit: configuration + share of devices
+    candidates: int = 0
+
+    def __repr__(self):
+        if not self.feasible:
+            return f"Plan({self.mode}: infeasible — {self.reason})"
+        return (f"Plan({self.mode}: {self.tokens_per_s_per_device:.4g} tok/s/device, TTFT {self.ttft_s*1e3:.0f} ms, "
+                f"TPOT {self.tpot_s*1e3:.1f} ms)")
+
+
+def _pick(c, i):
+    return {k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in c.items()}
+
+
+def best_plan(mode, model, wl: Workload, slo: SLO, hardware: dict, *, budget: int = 64,
+              objective: str = "device", prec: Precision = Precision(), eff: Efficiency = Efficiency(),
+              grid: Grid = Grid(), _cands=None) -> Plan:
+    """The best plan of ``mode`` for ``model`` on ``wl`` under ``slo`` within ``budget`` devices.
+
+    ``objective``: ``"device"`` (output tokens/s per device) or ``"dollar"`` (per USD of devices).
+    A mode that no candidate can run within the SLOs returns ``Plan(feasible=False, reason=...)``,
+    never a zero throughput."""
+    if mode not in MODES:
+        raise SearchError(f"unknown mode {mode!r}; modes: {', '.join(MODES)}")
+    if objective not in ("device", "dollar"):
+        raise SearchError(f"objective must be 'device' or 'dollar', got {objective!r}")
+    if not isinstance(slo, SLO):
+        raise SearchError("slo must be an SLO(ttft_s, tpot_s)")
+    if not (isinstance(budget, (int, np.integer)) and budget >= 1):
+        raise SearchError(f"budget must be a positive integer number of devices, got {budget!r}")
+    _check_hardware(hardware, mode)
+    cands = _cands if _cands is not None else mode_candidates(mode, model, wl, hardware, budget=budget,
+                                                               prec=prec, eff=eff, grid=grid)
+    key = "dev_per_rate" if objective == "device" else "usd_per_rate"
+    n_total = sum(len(c["rate"]) for c in cands)
+    best_idx, best_cost, why = [], [], []
+    for (unit, _), c in zip(MODE_UNITS[mode], cands):
+        ok = c["feasible"] & np.isfinite(c[key])
+        if not ok.any():
+            why.append(f"unit {unit}: no configuration fits in device memory within {budget} devices")
+        if "ttft" in c:
+            ok2 = ok & (c["ttft"] <= slo.ttft_s)
+            if ok.any() and not ok2.any():
+                why.append(f"unit {unit}: TTFT SLO {slo.ttft_s*1e3:.0f} ms unmet (best feasible "
+                           f"{np.nanmin(np.where(ok, c['ttft'], np.nan))*1e3:.0f} ms)")
+            ok = ok2
+        if "tpot" in c:
+            ok2 = ok & (c["tpot"] <= slo.tpot_s)
+            if ok.any() and not ok2.any():
+                why.append(f"unit {unit}: TPOT SLO {slo.tpot_s*1e3:.1f} ms unmet (best feasible "
+                           f"{np.nanmin(np.where(ok, c['tpot'], np.nan))*1e3:.1f} ms)")
+            ok = ok2
+        if not ok.any():
+            best_idx.append(None)
+            continue
+        # best cost per instance size, then combine sizes within the budget
+        best_idx.append(ok)
+    if any(b is None for b in best_idx):
+        return Plan(mode, False, "; ".join(why) or "no feasible configuration", candidates=n_total)
+    # per unit: for each distinct instance size, the cheapest feasible candidate
+    per_unit = []
+    for c, ok in zip(cands, best_idx):
+        idx = np.flatnonzero(ok)
+        order = idx[np.lexsort((c[key][idx], c["devices"][idx]))]
+        dv = c["devices"][order]
+        first = np.r_[True, dv[1:] != dv[:-1]]
+        per_unit.append((order[first], c))
+    best = None
+    for combo in itertools.product(*[list(ix) for ix, _ in per_unit]):
+        devs = sum(c["devices"][i] for i, (_, c) in zip(combo, per_unit))
+        if devs > budget:
+            continue
+        cost = sum(c[key][i] for i, (_, c) in zip(combo, per_unit))
+        if best is None or cost < best[0]:
+            best = (cost, combo)
+    if best is None:
+        return Plan(mode, False, f"the units' smallest feasible instances need more than {budget} devices together",
+                    candidates=n_total)
+    cost, combo = best
+    units, dev_cost, usd_cost, ttft, tpot = [], 0.0, 0.0, 0.0, 0.0
+    for (unit, roles), i, (_, c) in zip(MODE_UNITS[mode], combo, per_unit):
+        u = _pick(c, i)
+        u["unit"] = unit
+        dev_cost += u["dev_per_rate"]
+        usd_cost += u["usd_per_rate"]
+        ttft = u.get("ttft", ttft) if "ttft" in u else ttft
+        tpot = u.get("tpot", tpot) if "tpot" in u else tpot
+        units.append(u)
+    for u in units:
+        u["device_share"] = u["dev_per_rate"] / dev_cost
+    O = float(wl.output_tokens)
+    return Plan(mode, True, "", O / dev_cost, O / usd_cost * 1e3, ttft, tpot, units, n_total)
+
+
+def mode_candidates(mode, model, wl, hardware, *, budget, prec, eff, grid):
+    s = model if isinstance(model, costs.Shape) else costs.shape(model)
+    return [unit_candidates(unit, roles, s, wl, hardware, prec=prec, eff=eff, grid=grid, budget=budget)
+            for unit, roles in MODE_UNITS[mode]]
+
+
+def best_plans(model, wl, slo, hardware, modes=MODES, **kw) -> dict:
+    """Best plan of every mode under the same SLO, budget and objective."""
+    return {m: best_plan(m, model, wl, slo, hardware, **kw) for m in modes}
+
+
+def pareto(mode, model, wl, ttft_s, tpot_grid, hardware, **kw):
+    """Best tokens/s per device of ``mode`` at each TPOT SLO of ``tpot_grid`` (TTFT SLO fixed):
+    the Pareto front of throughput per device against TPOT. NaN where no plan meets the SLO."""
+    kw2 = {k: v for k, v in kw.items() if k in ("budget", "prec", "eff", "grid")}
+    cands = mode_candidates(mode, model, wl, hardware, budget=kw.get("budget", 64),
+                            prec=kw.get("prec", Precision()), eff=kw.get("eff", Efficiency()),
+                            grid=kw.get("grid", Grid()))
+    out = []
+    for t in tpot_grid:
+        p = best_plan(mode, model, wl, SLO(ttft_s, t), hardware, _cands=cands, **kw)
+        out.append(p.tokens_per_s_per_device if p.feasible else float("nan"))
+    return np.array(out)
+
+
+def count_candidates(mode, model, wl, hardware, **kw) -> int:
+    return sum(len(c["rate"]) for c in mode_candidates(mode, model, wl, hardware, **kw))
+
+
+def throughput_benchmark(model="Llama-3.1-70B", device="H100-SXM5-80GB", repeat=3) -> dict:
+    """Candidate configurations priced per second by the vectorised search (all modes)."""
+    hw = default_hardware(device)
+    wl = Workload(8192, 1000)
+    n, best = 0, float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        n = 0
+        for mode in MODES:
+            n += count_candidates(mode, model, wl, hw, budget=64, prec=Precision(), eff=Efficiency(), grid=Grid())
+        best = min(best, time.perf_counter() - t0)
+    return {"candidates": n, "seconds": best, "per_s": n / best}
