@@ -103,13 +103,17 @@ def test_curve_monotone_and_bounded_by_infinite_cache():
     assert 0 < hc.infinite_token_hit_rate < 1
 
 
-def test_tier_split_sums_to_total_capacity_hits():
+@pytest.mark.parametrize("caps", [[2, 5, 11], [0, 3], [1, 10**6], [10**7]])
+def test_tier_split_sums_to_total_capacity_hits(caps):
     tr = from_requests(random_requests(3))
     hc = lru_hit_curve(tr)
-    split = hc.tier_split([2, 5, 11])
-    assert split.sum() == hc.token_hits(18)
-    assert split[:, 0].sum() <= hc.token_hits(2) + split[:, 0].sum()  # shape sanity
-    assert np.array_equal(split.sum(axis=1), hc.per_request_hit_tokens(18))
+    split = hc.tier_split(caps)
+    total = sum(caps)
+    assert split.sum() == hc.token_hits(total)
+    assert np.array_equal(split.sum(axis=1), hc.per_request_hit_tokens(total))
+    assert split.sum() <= hc.infinite_token_hit_rate * hc.total_tokens
+    # the fastest tier serves exactly the hits a cache of its own size would have at the top of the stack
+    assert split[:, 0].sum() <= hc.token_hits(caps[0])
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -167,7 +167,7 @@ class HitCurve:
 
     def per_request_hit_tokens(self, cap_blocks: float) -> np.ndarray:
         """Prefix-hit tokens of each request at one capacity (blocks)."""
-        w = np.where(self.run_max <= cap_blocks, self.block_tokens, 0)
+        w = np.where((self.run_max <= cap_blocks) & (self.run_max <= self.n_distinct), self.block_tokens, 0)
         return np.add.reduceat(w, self.offsets[:-1]) if w.size else w
 
     def tier_split(self, tier_blocks) -> np.ndarray:
@@ -180,7 +180,7 @@ class HitCurve:
         if caps.ndim != 1 or np.any(caps < 0):
             raise ValueError(f"tier capacities must be a list of numbers >= 0, got {tier_blocks!r}")
         edges = np.cumsum(caps)
-        hit = self.run_max <= (edges[-1] if edges.size else 0)
+        hit = (self.run_max <= (edges[-1] if edges.size else 0)) & (self.run_max <= self.n_distinct)
         tier = np.searchsorted(edges, self.distance, "left")  # d <= edges[j] -> tier j
         out = np.zeros((len(self.offsets) - 1, caps.size), dtype=np.int64)
         req = np.repeat(np.arange(len(self.offsets) - 1), np.diff(self.offsets))
