@@ -1,0 +1,289 @@
+"""Predict the measured TTFT and TPOT of AIConfigurator's silicon runs and fit/evaluate calibration.
+
+The runs (``data.path("aiconfigurator_silicon")``) are closed-loop benchmarks: ``c`` clients each send
+a request of ``isl`` input tokens that produces ``osl`` output tokens, wait for it to finish and send
+the next. The prediction models the benchmark as it was run, on top of the operator costs of
+:mod:`.costs`:
+
+**Colocated (``agg``).** ``A = min(c, batch_size * attention_dp, memory limit)`` requests are in the
+engine at once, the rest wait in the client queue. With fixed lengths, requests that start together
+finish together, so the engine sees *waves*: all ``A`` prompts are prefilled in passes of at most
+``chunk`` tokens per DP rank (wave prefill ``W``), then ``osl - 1`` decode steps at batch ``A``. In a
+wave a request's first token comes on average after half the wave prefill, and its decoding waits for
+the rest of the wave (``TTFT_wave = (W + t_req)/2``, ``TPOT_wave = t_dec + (W - TTFT)/(osl - 1)``).
+Fully desynchronised clients would instead see steady chunked prefill (``TTFT_steady`` a few mixed
+iterations, ``TPOT_steady`` the mean iteration). The prediction mixes the two with a synchronisation
+weight ``sync`` (fitted). Clients beyond ``A`` queue: ``TTFT += (c - A) / X`` with ``X = A / cycle``
+(Little's law).
+
+**Disaggregated (``disagg``).** Prefill workers serve a FIFO queue (``W_p`` workers, ``pbs`` prompts
+per pass per DP rank, service rate ``mu_p``); the KV cache moves over the prefill workers' NICs
+(layer-wise overlapped); decode workers run continuous batching. Throughput ``X`` solves the closed
+loop ``X = min(mu_p, c / (t_p + x + (osl-1) t_dec(A_d)), decode limit)`` with ``A_d`` the decode
+concurrency it implies (fixed-point), and ``TTFT = c / X - (osl-1) t_dec`` (Little's law), mixed
+with the wave value by ``sync_disagg``. Rows that do not give worker counts are predicted with one
+worker per stage and flagged (``assumed_workers``).
+
+Rows whose model is not in ``data/models.csv`` or that lack the concurrency or parallel sizes are
+*listed*, never dropped silently (:func:`load_rows` returns them with a ``skip_reason``).
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .. import data, specs
+from . import costs
+from .costs import Efficiency, Precision
+
+# measured model_path -> data/models.csv name (same architecture)
+MODEL_MAP = {
+    "deepseek-ai/DeepSeek-R1": "DeepSeek-R1", "nvidia/DeepSeek-R1-NVFP4": "DeepSeek-R1",
+    "deepseek-ai/DeepSeek-V3": "DeepSeek-V3",
+    "nvidia/DeepSeek-V3.1-NVFP4": "DeepSeek-V3",  # V3.1 keeps the V3 architecture (config.json)
+    "MiniMaxAI/MiniMax-M2.5": "MiniMax-M2.5", "openai/gpt-oss-120b": "gpt-oss-120b",
+    "meta-llama/Llama-3.1-70B": "Llama-3.1-70B", "Qwen/Qwen3-32B": "Qwen3-32B",
+    "nvidia/Qwen3-32B-NVFP4": "Qwen3-32B", "Qwen/Qwen3.5-397B-A17B": "Qwen3.5-397B-A17B",
+    "moonshotai/Kimi-K2.5": "Kimi-K2.5", "meta-llama/Llama-3.1-8B-Instruct": "Llama-3.1-8B",
+    "nvidia/Llama-3.1-8B-Instruct-FP8": "Llama-3.1-8B", "Qwen/Qwen3-235B-A22B-FP8": "Qwen3-235B-A22B",
+}
+SYSTEM_MAP = {"h100_sxm": "H100-SXM5-80GB", "h200_sxm": "H200-SXM-141GB", "b200_sxm": "B200-SXM-180GB",
+              "b300_sxm": "B300-SXM-288GB", "gb200": "GB200-NVL72", "gb300": "GB300-NVL72"}
+QUANT = {  # quant mode -> (weight bytes per element, compute dtype)
+    "fp8": (1.0, "fp8"), "fp8_block": (1.0, "fp8"), "nvfp4": (0.5625, "fp4"), "int4_wo": (0.5625, "bf16"),
+    "bf16": (2.0, "bf16"), "float16": (2.0, "bf16"),
+}
+SYSTEMS = tuple(SYSTEM_MAP)
+BACKENDS = ("trtllm", "sglang", "vllm")
+
+
+def _num(df, col, default=np.nan):
+    return pd.to_numeric(df[col], errors="coerce").fillna(default).to_numpy(float) if col in df else np.full(len(df), default)
+
+
+def _deg(df, col):
+    """A parallel degree: missing or 0 ('none' in the export) means 1."""
+    v = _num(df, col, 1.0)
+    return np.where(v >= 1, v, 1.0)
+
+
+def load_rows(assume_workers: bool = False) -> pd.DataFrame:
+    """All measured rows with the fields the prediction needs, a ``skip_reason`` ('' when the row
+    can be predicted), ``group`` (the configuration without its concurrency) and ``split``.
+
+    Disaggregated rows without worker counts (and batch limits) cannot be predicted: how many
+    prefill and decode workers served the ``c`` clients decides both the decode batch and the
+    prefill queue. With ``assume_workers=True`` they are predicted with one worker per stage (a
+    sensitivity, never part of the headline errors)."""
+    df = pd.read_csv(data.path("aiconfigurator_silicon"))
+    # rows without any precision field: the checkpoint's own dtype (a name without -FP8/-NVFP4 is
+    # served in bf16); flagged in ``assumed_precision``
+    df["assumed_precision"] = df["precision"].isna() & df["gemm_quant_mode"].isna()
+    df["precision"] = df["precision"].fillna("bf16")
+    for col in ("gemm_quant_mode", "moe_quant_mode"):
+        df[col] = df[col].fillna(df["precision"])
+    src_c = pd.to_numeric(df["silicon_data_source"].astype(str).str.extract(r"silicon_concurrency=(\d+)")[0],
+                          errors="coerce")
+    id_c = pd.to_numeric(df["id"].astype(str).str.extract(r"_c(\d+)_")[0], errors="coerce")
+    df["concurrency"] = src_c.fillna(id_c)
+    df["model"] = df["model_path"].map(MODEL_MAP)
+    df["hardware"] = df["system"].map(SYSTEM_MAP)
+    reasons = []
+    for r in df.itertuples():
+        why = []
+        if not isinstance(r.model, str):
+            why.append(f"model {r.model_path} not in data/models.csv")
+        if not isinstance(r.hardware, str):
+            why.append(f"system {r.system} unknown")
+        if not np.isfinite(r.concurrency):
+            why.append("no concurrency (neither silicon_concurrency nor _c<N>_ in the id)")
+        if r.gemm_quant_mode not in QUANT or r.moe_quant_mode not in QUANT:
+            why.append(f"quant mode {r.gemm_quant_mode}/{r.moe_quant_mode} unknown")
+        if r.mode == "agg" and not np.isfinite(r.tp_size):
+            why.append("no tp_size")
+        if r.mode == "disagg" and not (np.isfinite(r.prefill_tp_size) and np.isfinite(r.decode_tp_size)):
+            why.append("no prefill/decode tp_size")
+        if (r.mode == "disagg" and not assume_workers
+                and not (np.isfinite(r.prefill_num_workers) and np.isfinite(r.decode_num_workers))):
+            why.append("disagg run without prefill/decode worker counts")
+        if not (np.isfinite(r.silicon_ttft_ms) and np.isfinite(r.silicon_tpot_ms)):
+            why.append("no measured TTFT/TPOT")
+        reasons.append("; ".join(why))
+    df["skip_reason"] = reasons
+    df["source_kind"] = np.where(df["silicon_data_source"].astype(str).str.startswith("db-dump"), "db", "export")
+    df["group"] = df["id"].astype(str).str.replace(r"_c\d+_", "_c_", regex=True)
+    df["split"] = [("train" if int(hashlib.sha256(g.encode()).hexdigest(), 16) % 2 == 0 else "test")
+                   for g in df["group"]]
+    df["assumed_workers"] = (df["mode"] == "disagg") & (df["prefill_num_workers"].isna() | df["decode_num_workers"].isna())
+    return df
+
+
+@dataclass
+class Calibration:
+    """Fitted constants: per-system compute/bandwidth efficiency, per-backend step overhead, the
+    wave-synchronisation weights. Defaults are the uncalibrated model."""
+
+    compute: dict = field(default_factory=lambda: {s: 0.6 for s in SYSTEMS})
+    bandwidth: dict = field(default_factory=lambda: {s: 0.8 for s in SYSTEMS})
+    step_overhead_s: dict = field(default_factory=lambda: {b: 2e-3 for b in BACKENDS})
+    sync: float = 0.5          # AIConfigurator's own benchmark database (db-dump rows)
+    sync_export: float = 0.5   # rows imported from exported benchmark tables (source_file rows)
+    sync_disagg: float = 0.5
+    chunk_tokens: float = 8192.0
+
+    def vector(self):
+        return np.r_[[self.compute[s] for s in SYSTEMS], [self.bandwidth[s] for s in SYSTEMS],
+                     [self.step_overhead_s[b] for b in BACKENDS], self.sync, self.sync_export, self.sync_disagg]
+
+    @classmethod
+    def from_vector(cls, v, chunk_tokens=8192.0):
+        n = len(SYSTEMS)
+        return cls(dict(zip(SYSTEMS, map(float, v[:n]))), dict(zip(SYSTEMS, map(float, v[n:2 * n]))),
+                   dict(zip(BACKENDS, map(float, v[2 * n:2 * n + 3]))), float(v[-3]), float(v[-2]), float(v[-1]),
+                   chunk_tokens)
+
+
+def _row_arrays(g: pd.DataFrame, cal: Calibration, base: Efficiency, net_bw: float):
+    sysn = g["system"].to_numpy()
+    eff = Efficiency(
+        compute=np.array([cal.compute[s] for s in sysn]), bandwidth=np.array([cal.bandwidth[s] for s in sysn]),
+        link=base.link, step_overhead_s=np.array([cal.step_overhead_s[b] for b in g["backend"]]),
+        layer_overhead_s=base.layer_overhead_s, collective_latency_s=base.collective_latency_s,
+        moe_imbalance=base.moe_imbalance, mem_reserve=base.mem_reserve)
+    is_moe = specs.model(g["model"].iloc[0]).is_moe
+    qcol = "moe_quant_mode" if is_moe else "gemm_quant_mode"
+    wb = np.array([QUANT[q][0] for q in g[qcol]])
+    comp = [QUANT[q][1] for q in g["gemm_quant_mode"]]
+    # KV cache in fp8 for fp8/fp4 runs (the serving recipes of these runs set it), bf16 otherwise
+    fp8kv = np.isin(g["gemm_quant_mode"].to_numpy(), ["fp8", "fp8_block", "nvfp4"])
+    prec = Precision(weight_bytes=wb, kv_bytes=np.where(fp8kv, 1.0, 2.0), act_bytes=2.0, compute="bf16")
+    hws = [specs.gpu(h) for h in g["hardware"]]
+    dev = {"flops": np.array([hw.flops(c) for hw, c in zip(hws, comp)]),
+           "bw": np.array([hw["hbm_bandwidth"] for hw in hws]), "cap": np.array([hw["hbm_capacity"] for hw in hws]),
+           "link": np.array([hw["nvlink_bandwidth"] / 2 for hw in hws]), "net": np.full(len(g), float(net_bw))}
+    return eff, prec, dev
+
+
+def _agg(s, g, eff, prec, dev, cal):
+    I, O = _num(g, "isl"), _num(g, "osl")
+    c = _num(g, "concurrency")
+    tp, dp = _deg(g, "tp_size"), _deg(g, "attention_dp_size")
+    bs = _num(g, "batch_size", np.inf)
+    n = tp * dp
+    w = costs.weight_bytes_per_device(s, prec, tp=tp, n=n)
+    kv1 = costs.kv_bytes_per_device(s, prec, seqs=1.0, ctx=I + O, tp=tp, dp=1.0)
+    mem_seqs = np.maximum(np.floor((dev["cap"] * (1 - eff.mem_reserve) - w) / kv1) * dp, 1.0)
+    A = np.maximum(np.minimum(np.minimum(c, bs * dp), mem_seqs), 1.0)
+    ctx = I + O / 2
+    run = lambda **kw: costs.colocated_pass_time(s, prec, eff, dev, tp=tp, dp=dp, **kw)
+    t_dec = run(dec_seqs=A, dec_ctx=ctx)
+    K = cal.chunk_tokens * dp
+    pl = np.minimum(cal.chunk_tokens, I)
+    ps = np.minimum(A, K / pl)
+    pp = np.where(pl < I, (I - pl) / 2, 0.0)
+    t_chunk = run(pre_seqs=ps, pre_len=pl, pre_prefix=pp)
+    n_chunks = np.ceil(A * I / (ps * pl))
+    W = n_chunks * t_chunk
+    t_req = np.ceil(I / pl) * t_chunk
+    ttft_w = (W + t_req) / 2
+    tpot_w = t_dec + np.maximum(W - ttft_w, 0) / np.maximum(O - 1, 1)
+    # steady (desynchronised) chunked prefill
+    f = np.minimum(A * I / (O * ps * pl), 1.0)
+    t_mix = run(dec_seqs=A, dec_ctx=ctx, pre_seqs=ps, pre_len=pl, pre_prefix=pp)
+    tpot_s = f * t_mix + (1 - f) * t_dec
+    # prefill-bound when the chunks cannot keep up: X_s = min(decode rate, prefill rate); Little's law
+    X_s = np.minimum(A / (O * tpot_s), ps * pl / (I * t_mix))
+    ttft_s = np.maximum(np.ceil(I / pl) * t_mix + t_dec / 2, A / X_s - (O - 1) * tpot_s)
+    sync = np.where(g["source_kind"].to_numpy() == "db", cal.sync, cal.sync_export)
+    ttft = sync * ttft_w + (1 - sync) * ttft_s
+    tpot = sync * tpot_w + (1 - sync) * tpot_s
+    cycle = ttft + (O - 1) * tpot
+    X = A / cycle
+    ttft = ttft + np.maximum(c - A, 0) / X
+    return ttft, tpot
+
+
+def _disagg(s, g, eff, prec, dev, cal):
+    I, O = _num(g, "isl"), _num(g, "osl")
+    c = _num(g, "concurrency")
+    tpp, dpp = _deg(g, "prefill_tp_size"), _deg(g, "prefill_attention_dp_size")
+    tpd, dpd = _deg(g, "decode_tp_size"), _deg(g, "decode_attention_dp_size")
+    Wp, Wd = _num(g, "prefill_num_workers", 1), _num(g, "decode_num_workers", 1)
+    pbs, dbs = _num(g, "prefill_batch_size", 1), _num(g, "decode_batch_size", np.inf)
+    ctx = I + O / 2
+    # prefill: pbs prompts per DP rank per pass
+    pseqs = pbs * dpp
+    t_p = costs.colocated_pass_time(s, prec, eff, dev, tp=tpp, dp=dpp, pre_seqs=pseqs, pre_len=I)
+    mu_p = Wp * pseqs / t_p
+    kvtok = (s.n_full + s.n_sliding) * s.kv_elems * prec.kv_bytes
+    x = I * kvtok / (tpp * dpp * dev["net"] * eff.link)
+    exposed = np.maximum(x - t_p, 0) + x / s.n_layers
+    nd = tpd * dpd
+    w = costs.weight_bytes_per_device(s, prec, tp=tpd, n=nd)
+    kv1 = costs.kv_bytes_per_device(s, prec, seqs=1.0, ctx=I + O, tp=tpd, dp=1.0)
+    cap_d = np.minimum(np.maximum(np.floor((dev["cap"] * (1 - eff.mem_reserve) - w) / kv1) * dpd, 1.0), dbs * dpd)
+    A = np.minimum(c / Wd, cap_d)
+    for _ in range(8):
+        t_dec = costs.colocated_pass_time(s, prec, eff, dev, tp=tpd, dp=dpd, dec_seqs=np.maximum(A, 1), dec_ctx=ctx)
+        X = np.minimum.reduce([mu_p, c / (t_p + exposed + (O - 1) * t_dec), Wd * cap_d / ((O - 1) * t_dec)])
+        A = np.clip(X * (O - 1) * t_dec / Wd, 1.0, cap_d)
+    ttft_s = np.maximum(c / X - (O - 1) * t_dec, t_p + exposed)
+    rounds = np.ceil(c / (Wp * pseqs))
+    ttft_w = (rounds + 1) / 2 * t_p + exposed
+    ttft = cal.sync_disagg * ttft_w + (1 - cal.sync_disagg) * ttft_s
+    return ttft, t_dec
+
+
+def predict(rows: pd.DataFrame, cal: Calibration | None = None, *, base: Efficiency = Efficiency(),
+            net_bw: float = 50e9) -> pd.DataFrame:
+    """Predicted ``pred_ttft_ms`` / ``pred_tpot_ms`` for every predictable row (others NaN)."""
+    cal = cal or Calibration()
+    out = rows.copy()
+    out["pred_ttft_ms"] = np.nan
+    out["pred_tpot_ms"] = np.nan
+    ok = out["skip_reason"] == ""
+    for (model, mode), g in out[ok].groupby(["model", "mode"], sort=True):
+        s = costs.shape(model)
+        eff, prec, dev = _row_arrays(g, cal, base, net_bw)
+        ttft, tpot = (_agg if mode == "agg" else _disagg)(s, g, eff, prec, dev, cal)
+        out.loc[g.index, "pred_ttft_ms"] = ttft * 1e3
+        out.loc[g.index, "pred_tpot_ms"] = tpot * 1e3
+    out["err_ttft"] = out["pred_ttft_ms"] / out["silicon_ttft_ms"] - 1
+    out["err_tpot"] = out["pred_tpot_ms"] / out["silicon_tpot_ms"] - 1
+    return out
+
+
+def fit(rows: pd.DataFrame, *, split="train", max_nfev=60, **kw) -> Calibration:
+    """Fit the calibration on the rows of ``split`` (robust least squares on log prediction error of
+    TTFT and TPOT); bounds keep efficiencies in (0.05, 1] and overheads in [0, 20 ms]."""
+    from scipy.optimize import least_squares
+
+    r = rows[(rows["skip_reason"] == "") & (rows["split"] == split)]
+    x0 = Calibration().vector()
+    n = len(SYSTEMS)
+    lo = np.r_[[0.05] * (2 * n), [0.0] * 3, 0.0, 0.0, 0.0]
+    hi = np.r_[[1.0] * (2 * n), [0.02] * 3, 1.0, 1.0, 1.0]
+
+    def resid(v):
+        p = predict(r, Calibration.from_vector(v), **kw)
+        e = np.r_[np.log(p["pred_ttft_ms"] / p["silicon_ttft_ms"]), np.log(p["pred_tpot_ms"] / p["silicon_tpot_ms"])]
+        return np.nan_to_num(e, nan=5.0, posinf=5.0, neginf=-5.0)
+
+    res = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.3, max_nfev=max_nfev,
+                        diff_step=1e-3)
+    return Calibration.from_vector(res.x)
+
+
+def summary(pred: pd.DataFrame, by=None) -> pd.DataFrame:
+    """Median and 90th-percentile absolute relative error of TTFT and TPOT (and row counts)."""
+    p = pred[pred["skip_reason"] == ""]
+    def agg(g):
+        return pd.Series({"rows": len(g), "ttft_median": g["err_ttft"].abs().median(),
+                          "ttft_p90": g["err_ttft"].abs().quantile(0.9), "tpot_median": g["err_tpot"].abs().median(),
+                          "tpot_p90": g["err_tpot"].abs().quantile(0.9)})
+    if by is None:
+        return agg(p).to_frame().T
+    return p.groupby(by).apply(agg, include_groups=False)
