@@ -1,0 +1,292 @@
+"""Replay a trace against a prefill cluster with KV tiers: TTFT, SLO attainment and cost per token.
+
+Model (every assumption explicit):
+
+* the prefix cache is the single LRU stack of :mod:`analysis.tiering.hitcurve`, cut into the tiers
+  of one instance (fastest first; evicted blocks are demoted); pooled tiers add the pool's capacity;
+* request ``i`` with ``L_i`` prompt tokens reuses ``h_ij`` tokens from tier ``j`` and recomputes
+  ``n_i = max(L_i - sum_j h_ij, 1)`` tokens after a cached prefix of ``L_i - n_i``;
+* compute time = roofline prefill time of ``n_i`` new tokens after the prefix on ``tp`` GPUs at
+  ``compute_eff`` (quadratic attention term included); load time = sum over tiers of
+  ``h_ij * stored bytes per token / bandwidth_j`` plus the tier's latency;
+* loading is overlapped layer by layer with computation: service = ``max(c, l) + min(c, l) / layers``;
+* instances serve one prefill at a time, first come first served, in the trace's arrival order
+  (arrival times divided by ``load_scale``); TTFT = queueing + service.
+
+Costs: GPUs at ``gpu_usd_per_s`` each, tiers at their amortised capex + energy. Two views:
+
+* **busy cost**: GPU-seconds actually used (service x tp) plus local tiers for the same average number
+  of busy instances, plus pooled tiers, over the trace; continuous in every input (used for the
+  heatmap, the tornado and the monotonicity tests);
+* **SLO-sized cost**: the smallest cluster whose TTFT attainment reaches the target, paid for the
+  whole trace duration.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import kv, roofline
+from ..specs import model as _model
+from .hitcurve import HitCurve
+from .tiers import CONFIGS, Deployment, Tier, build_tiers
+
+
+@dataclass
+class Service:
+    """Per-request service times of one configuration."""
+
+    config: str
+    tiers: list
+    hit_tokens: np.ndarray      # (n_requests, n_tiers)
+    compute_s: np.ndarray
+    load_s: np.ndarray
+    service_s: np.ndarray
+    nocache_s: np.ndarray       # service time with nothing cached (same model, GPU, efficiency)
+
+
+def service_times(trace, hc: HitCurve, tiers: list[Tier], d: Deployment, *, config: str = "") -> Service:
+    L = trace.input_tokens.astype(float)
+    caps = [math.floor(t.capacity_tokens / trace.block_size) for t in tiers]
+    hits = hc.tier_split(caps).astype(float)
+    total = hits.sum(axis=1)
+    n_new = np.maximum(L - total, 1.0)
+    prefix = L - n_new
+    # a fully cached prompt still computes its last token: charge it to the slowest tier used
+    over = total - prefix
+    if np.any(over > 0):
+        for j in range(hits.shape[1] - 1, -1, -1):
+            take = np.minimum(over, hits[:, j])
+            hits[:, j] -= take
+            over = over - take
+    comp = np.asarray(roofline.prefill_time(d.model, d.gpu, n_new, prefix, n_gpus=d.tp, dtype=d.weight_dtype,
+                                            kv_dtype=d.kv_dtype, compute_eff=d.compute_eff), dtype=float)
+    load = np.zeros_like(L)
+    for j, t in enumerate(tiers):
+        if math.isinf(t.bandwidth):
+            continue
+        load += np.where(hits[:, j] > 0, hits[:, j] * t.bytes_per_token / t.bandwidth + t.latency_s, 0.0)
+    layers = _model(d.model).n_layers
+    svc = np.maximum(comp, load) + np.minimum(comp, load) / layers
+    nocache = np.asarray(roofline.prefill_time(d.model, d.gpu, L, 0, n_gpus=d.tp, dtype=d.weight_dtype,
+                                               kv_dtype=d.kv_dtype, compute_eff=d.compute_eff), dtype=float)
+    return Service(config, tiers, hits, comp, load, svc, nocache)
+
+
+def fcfs_start_times(arrival_s: np.ndarray, service_s: np.ndarray, n_instances: int) -> np.ndarray:
+    """Start times under first-come-first-served on ``n_instances`` identical servers."""
+    if int(n_instances) != n_instances or n_instances < 1:
+        raise ValueError(f"n_instances must be a positive integer, got {n_instances!r}")
+    free = [0.0] * int(n_instances)
+    heapq.heapify(free)
+    start = np.empty_like(service_s)
+    for i, (a, s) in enumerate(zip(arrival_s.tolist(), service_s.tolist())):
+        f = heapq.heappop(free)
+        st = a if a > f else f
+        start[i] = st
+        heapq.heappush(free, st + s)
+    return start
+
+
+@dataclass
+class Outcome:
+    config: str
+    label: str
+    n_instances: int
+    ttft_s: np.ndarray
+    attainment: float
+    p50_s: float
+    p90_s: float
+    p99_s: float
+    hit_rate: float                 # token-weighted, over all tiers
+    tier_hit_rates: dict
+    gpu_seconds: float
+    gpu_seconds_saved: float        # vs recomputing every prompt
+    busy_usd_per_mtok: float
+    cluster_usd_per_mtok: float
+    tier_usd_per_s: float
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Economics:
+    gpu_usd_per_s: float
+    slo_s: float
+    attainment_target: float = 0.9
+    load_scale: float = 1.0
+
+    def __post_init__(self):
+        if not (self.gpu_usd_per_s > 0 and math.isfinite(self.gpu_usd_per_s)):
+            raise ValueError(f"gpu_usd_per_s must be > 0, got {self.gpu_usd_per_s!r}")
+        if not self.slo_s > 0:
+            raise ValueError(f"slo_s (TTFT SLO) must be > 0 seconds, got {self.slo_s!r}")
+        if not 0 < self.attainment_target <= 1:
+            raise ValueError(f"attainment_target must be in (0, 1], got {self.attainment_target!r}")
+        if not self.load_scale > 0:
+            raise ValueError(f"load_scale must be > 0, got {self.load_scale!r}")
+
+
+def _tier_costs(tiers):
+    local = sum(t.usd_per_s for t in tiers if t.local)
+    pooled = sum(t.usd_per_s for t in tiers if not t.local)
+    return local, pooled
+
+
+def busy_cost_per_mtok(svc: Service, d: Deployment, econ: Economics, duration_s: float, tokens: float) -> float:
+    """USD per million input tokens for the GPU time used plus the tiers (see module docstring)."""
+    local, pooled = _tier_costs(svc.tiers)
+    busy_instance_s = float(svc.service_s.sum())
+    usd = busy_instance_s * (d.tp * econ.gpu_usd_per_s + local) + pooled * duration_s
+    return usd / tokens * 1e6
+
+
+def outcome(trace, svc: Service, d: Deployment, econ: Economics, n_instances: int) -> Outcome:
+    arr = trace.arrival_s / econ.load_scale
+    start = fcfs_start_times(arr, svc.service_s, n_instances)
+    ttft = start - arr + svc.service_s
+    duration = max(float(arr[-1] - arr[0]), 1.0)
+    tokens = float(trace.input_tokens.sum())
+    local, pooled = _tier_costs(svc.tiers)
+    cluster = (n_instances * (d.tp * econ.gpu_usd_per_s + local) + pooled) * duration / tokens * 1e6
+    per_tier = {t.name: float(svc.hit_tokens[:, j].sum() / tokens) for j, t in enumerate(svc.tiers)}
+    return Outcome(
+        svc.config, CONFIGS.get(svc.config, (svc.config,))[0], int(n_instances), ttft,
+        float(np.mean(ttft <= econ.slo_s)), *(float(np.percentile(ttft, q)) for q in (50, 90, 99)),
+        float(svc.hit_tokens.sum() / tokens), per_tier,
+        float(svc.service_s.sum() * d.tp), float((svc.nocache_s.sum() - svc.service_s.sum()) * d.tp),
+        busy_cost_per_mtok(svc, d, econ, duration, tokens), cluster, local + pooled,
+    )
+
+
+def size_for_slo(trace, svc: Service, d: Deployment, econ: Economics, max_instances: int = 64) -> Outcome | None:
+    """The smallest cluster meeting the attainment target (None if even ``max_instances`` fail)."""
+    duration = max(float(trace.arrival_s[-1] / econ.load_scale), 1.0)
+    lo = max(1, math.ceil(svc.service_s.sum() / duration))  # fewer would never catch up
+    if lo > max_instances:
+        return None
+    if np.mean(svc.service_s <= econ.slo_s) < econ.attainment_target:
+        return None  # service alone misses the SLO too often: no cluster size helps
+    hi = lo
+    while True:
+        o = outcome(trace, svc, d, econ, hi)
+        if o.attainment >= econ.attainment_target:
+            break
+        if hi >= max_instances:
+            return None
+        lo, hi = hi + 1, min(max_instances, hi * 2)
+    best = o
+    while lo < hi:  # attainment is non-decreasing in the number of FCFS servers
+        mid = (lo + hi) // 2
+        om = outcome(trace, svc, d, econ, mid)
+        if om.attainment >= econ.attainment_target:
+            hi, best = mid, om
+        else:
+            lo = mid + 1
+    return best if best.n_instances == hi else outcome(trace, svc, d, econ, hi)
+
+
+def compare(trace, hc: HitCurve, d: Deployment, econ: Economics, configs=None, max_instances: int = 64):
+    """One row per configuration: SLO-sized cluster, TTFT, hit rates, GPU-seconds saved, costs."""
+    rows, outcomes = [], {}
+    for c in (configs or list(CONFIGS)):
+        svc = service_times(trace, hc, build_tiers(c, d), d, config=c)
+        o = size_for_slo(trace, svc, d, econ, max_instances)
+        duration = max(float(trace.arrival_s[-1] / econ.load_scale), 1.0)
+        busy = busy_cost_per_mtok(svc, d, econ, duration, float(trace.input_tokens.sum()))
+        outcomes[c] = (svc, o)
+        rows.append({
+            "config": c, "label": CONFIGS[c][0],
+            "hit_rate": float(svc.hit_tokens.sum() / trace.input_tokens.sum()),
+            "instances": o.n_instances if o else np.nan,
+            "gpus": o.n_instances * d.tp if o else np.nan,
+            "attainment": o.attainment if o else np.nan,
+            "ttft_p50_s": o.p50_s if o else np.nan, "ttft_p90_s": o.p90_s if o else np.nan,
+            "ttft_p99_s": o.p99_s if o else np.nan,
+            "gpu_seconds": float(svc.service_s.sum() * d.tp),
+            "gpu_seconds_saved": float((svc.nocache_s.sum() - svc.service_s.sum()) * d.tp),
+            "busy_usd_per_mtok": busy,
+            "cluster_usd_per_mtok": o.cluster_usd_per_mtok if o else np.nan,
+            "tier_usd_per_h": sum(t.usd_per_s for t in svc.tiers) * 3600.0,
+            "mean_load_s": float(svc.load_s.mean()), "mean_compute_s": float(svc.compute_s.mean()),
+        })
+    return rows, outcomes
+
+
+def pareto_front(points) -> np.ndarray:
+    """Boolean mask of the points (cost, latency) not dominated by any other (both minimised)."""
+    pts = np.asarray(points, dtype=float)
+    keep = np.ones(len(pts), dtype=bool)
+    for i, p in enumerate(pts):
+        if not np.all(np.isfinite(p)):
+            keep[i] = False
+            continue
+        dom = np.all(pts <= p, axis=1) & np.any(pts < p, axis=1)
+        keep[i] = not dom.any()
+    return keep
+
+
+def pareto_points(trace, outcomes: dict, d: Deployment, econ: Economics, extra_instances: int = 6):
+    """(config, instances, cluster cost, p90 TTFT) for each configuration at sizes from its
+    SLO-sized cluster upward, plus the smaller sizes down to the throughput floor."""
+    rows = []
+    duration = max(float(trace.arrival_s[-1] / econ.load_scale), 1.0)
+    for c, (svc, o) in outcomes.items():
+        floor = max(1, math.ceil(svc.service_s.sum() / duration))
+        top = (o.n_instances if o else floor) + extra_instances
+        for n in range(floor, top + 1):
+            oc = outcome(trace, svc, d, econ, n)
+            rows.append({"config": c, "label": CONFIGS[c][0], "instances": n, "cluster_usd_per_mtok":
+                         oc.cluster_usd_per_mtok, "ttft_p90_s": oc.p90_s, "attainment": oc.attainment})
+    return rows
+
+
+def breakeven_grid(trace, hc: HitCurve, d: Deployment, econ: Economics, prices_usd_per_tb, bws_gb_s,
+                   *, config: str = "nvme", baseline: str = "dram"):
+    """Busy cost per M tokens of ``config`` minus that of ``baseline`` over SSD price x per-drive
+    bandwidth (negative = the SSD tier pays). Returns (delta array [bw, price], baseline cost)."""
+    duration = max(float(trace.arrival_s[-1] / econ.load_scale), 1.0)
+    tokens = float(trace.input_tokens.sum())
+    base = busy_cost_per_mtok(service_times(trace, hc, build_tiers(baseline, d), d), d, econ, duration, tokens)
+    out = np.empty((len(bws_gb_s), len(prices_usd_per_tb)))
+    for i, bw in enumerate(bws_gb_s):
+        dd = d.replace(nvme_bw_override=float(bw) * 1e9)
+        svc = service_times(trace, hc, build_tiers(config, dd), dd)
+        for j, pr in enumerate(prices_usd_per_tb):
+            dp = dd.replace(nvme_usd_per_byte=float(pr) * 1e-12)
+            # only the tier cost depends on price: rebuild tiers, reuse service times
+            svc_p = Service(svc.config, build_tiers(config, dp), svc.hit_tokens, svc.compute_s, svc.load_s,
+                            svc.service_s, svc.nocache_s)
+            out[i, j] = busy_cost_per_mtok(svc_p, dp, econ, duration, tokens) - base
+    return out, base
+
+
+def tornado(trace, hc: HitCurve, d: Deployment, econ: Economics, config: str, factors: dict):
+    """Busy cost per M tokens when each input moves to its low and high value.
+
+    ``factors``: name -> (field, low, high) where field is a Deployment field or 'gpu_usd_per_s'."""
+    duration = max(float(trace.arrival_s[-1] / econ.load_scale), 1.0)
+    tokens = float(trace.input_tokens.sum())
+
+    def cost(dd, ee):
+        return busy_cost_per_mtok(service_times(trace, hc, build_tiers(config, dd), dd), dd, ee, duration, tokens)
+
+    base = cost(d, econ)
+    rows = []
+    for name, (fld, lo, hi) in factors.items():
+        vals = []
+        for v in (lo, hi):
+            if fld == "gpu_usd_per_s":
+                vals.append(cost(d, Economics(v, econ.slo_s, econ.attainment_target, econ.load_scale)))
+            else:
+                vals.append(cost(d.replace(**{fld: v}), econ))
+        rows.append({"input": name, "field": fld, "low_value": lo, "high_value": hi,
+                     "cost_low": vals[0], "cost_high": vals[1], "swing": abs(vals[1] - vals[0])})
+    rows.sort(key=lambda r: r["swing"], reverse=True)
+    return rows, base
+
+
+def kv_bytes_per_token(d: Deployment) -> float:
+    return kv.kv_bytes_per_token_all_layers(d.model, d.kv_dtype)
