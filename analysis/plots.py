@@ -14,6 +14,7 @@ PALETTE = sns.color_palette("colorblind")
 SEQUENTIAL = "viridis"  # perceptually uniform, colour-blind safe, prints in greyscale
 DIVERGING = "vlag"
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
+LINESTYLES = ["-", "--", ":", "-."]  # second cue after colour when there are more series than colours
 FAMILY_COLORS = {
     "MHA": PALETTE[0], "GQA": PALETTE[1], "MLA": PALETTE[2], "Sliding/global": PALETTE[3],
     "Hybrid linear": PALETTE[4], "MQA": PALETTE[5],

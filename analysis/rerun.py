@@ -104,8 +104,18 @@ def execute(chapter, overrides: dict, out_dir, *, kernel: str = "python3", timeo
     nb_out = partial / f"{path.stem}.ipynb"
     try:
         nb = _read_notebook(path)
-        pm.execute_notebook(nb, str(nb_out), parameters=overrides, kernel_name=kernel, cwd=str(path.parent),
-                            progress_bar=progress, execution_timeout=timeout_s, log_output=False)
+        for attempt in range(3):
+            try:
+                pm.execute_notebook(nb, str(nb_out), parameters=overrides, kernel_name=kernel,
+                                    cwd=str(path.parent), progress_bar=progress,
+                                    execution_timeout=timeout_s, log_output=False)
+                break
+            except pm.PapermillExecutionError:
+                raise  # an error inside the chapter: report it, never retry
+            except Exception as exc:  # kernel start-up races (ports, ZMQ) under parallel runs
+                if attempt == 2 or "kernel" not in f"{type(exc).__name__} {exc}".lower():
+                    raise
+                time.sleep(1.0 + attempt)
         import nbformat
         values = glued_values(nbformat.read(nb_out, as_version=4))
         row.update(status="ok", error="", seconds=round(time.perf_counter() - t0, 2))
