@@ -72,14 +72,14 @@ class Deployment:
     nic_name: str = "ConnectX-7-400G"
     nics_per_instance: int = 8
     nvme_name: str = "Micron-9550-MAX-25.6TB"
-    nvme_drives: int = 4
+    nvme_drives: int = 2
     nvme_usd_per_byte: float = 150e-12
     nvme_bw_override: float = 0.0             # bytes/s per drive; 0 = the drive's seq_read
     qlc_name: str = "Solidigm-D5-P5336-122.88TB"
-    qlc_drives: int = 2
+    qlc_drives: int = 1
     qlc_usd_per_byte: float = 90e-12
     ai_ssd_name: str = "AI-SSD-STAR-seed"
-    ai_ssd_drives: int = 4
+    ai_ssd_drives: int = 1
     ai_ssd_usd_per_byte: float = 200e-12
     ai_ssd_bits: int = 4
     data_path: str = "gpu_direct"
