@@ -24,7 +24,15 @@ book: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m analysis.build
+	bash .ci/install-browser.sh  # Debian's chromium + chromium-driver for tests/test_browser.py
 	$(BIN)/python -m pytest -q -ra
+
+# External links of the book (listed in book/links.md) checked by Sphinx's linkcheck builder;
+# needs a network (CI has none): run it where one exists; it records each link's date and result in
+# book/links_checked.json, which the table of book/links.md shows.
+linkcheck: $(STAMP)
+	$(BIN)/python -m analysis.build --builder linkcheck; rc=$$?; \
+	  $(BIN)/python _ext/links_table.py && exit $$rc
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q -ra -m "not notebook"

@@ -1,0 +1,126 @@
+"""Small Sphinx extension for the rendered book (registered in ``_config.yml``, ``local_extensions``).
+
+1. **A notebook download for every notebook page.** sphinx-book-theme's download menu offers the
+   page's source (``.md``) and, when a page sets ``ipynb_source``, an ``.ipynb``. MyST-NB does not set
+   it for jupytext chapters, so this extension converts each notebook page's source with jupytext
+   into ``_sources/<docname>.ipynb`` of the HTML output and points the menu at it. The notebook is
+   the chapter without outputs (what a reader reruns), with the chapter's kernelspec.
+2. **No duplicated inline scripts.** sphinx-thebe and sphinx-togglebutton register their inline
+   configuration scripts once per read, so a full build emits them twice and the browser throws
+   ``Identifier 'THEBE_JS_URL' has already been declared``. Identical scripts are kept once.
+3. **A valid colour mode.** Without ``default_mode`` pydata-sphinx-theme starts from mode ``""`` and
+   logs a console error on every first visit; the book starts in light mode (prints well).
+4. **MathJax served with the book.** Sphinx loads MathJax 3 from a CDN, so offline (and in CI) every
+   formula stays raw TeX and the request fails. When the pinned ``django-static-mathjax`` package
+   (MathJax 3.2.2, Apache-2.0; a plain copy of MathJax, no Django needed) is installed, the MathJax
+   files the book needs are copied to ``_static/mathjax/`` and ``mathjax_path`` points there.
+"""
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+IPYNB_DIR = "_sources"
+
+
+def _is_notebook_source(path: Path) -> bool:
+    """A jupytext MyST notebook: front matter with a kernelspec (how MyST-NB decides, too)."""
+    if path.suffix == ".ipynb":
+        return True
+    if path.suffix != ".md":
+        return False
+    text = path.read_text(encoding="utf-8")
+    if not text.startswith("---"):
+        return False
+    front = text.split("---", 2)[1]
+    return "kernelspec:" in front
+
+
+def _write_ipynb(src: Path, out: Path) -> None:
+    import jupytext
+
+    nb = jupytext.read(src)
+    nb.metadata.pop("jupytext", None)  # a plain notebook: not paired with anything on the reader's disk
+    out.parent.mkdir(parents=True, exist_ok=True)
+    jupytext.write(nb, out, fmt="ipynb")
+
+
+def _dedupe_scripts(context) -> None:
+    scripts = context.get("script_files")
+    if not scripts:
+        return
+    seen, kept = set(), []
+    for s in scripts:
+        attrs = getattr(s, "attributes", {}) or {}
+        key = (str(getattr(s, "filename", s) or ""), tuple(sorted((k, str(v)) for k, v in attrs.items())))
+        if key in seen:
+            continue
+        seen.add(key)
+        kept.append(s)
+    scripts[:] = kept  # in place: the builder's list, which later handlers still append to
+
+
+def on_page_context_late(app, pagename, templatename, context, doctree):
+    _dedupe_scripts(context)
+
+
+def on_page_context(app, pagename, templatename, context, doctree):
+    if not context.get("default_mode"):
+        context["default_mode"] = "light"
+    if app.builder.format != "html" or doctree is None or pagename not in app.env.all_docs:
+        return
+    src = Path(app.env.doc2path(pagename))
+    if not _is_notebook_source(src):
+        return
+    rel = f"{pagename}.ipynb"
+    if src.suffix != ".ipynb":
+        _write_ipynb(src, Path(app.outdir) / IPYNB_DIR / rel)
+    context["ipynb_source"] = rel
+
+
+MATHJAX_ENTRY = "tex-mml-chtml.js"  # the combined component Sphinx uses from the CDN by default
+MATHJAX_PARTS = (MATHJAX_ENTRY, "input", "output/chtml", "output/chtml.js", "ui", "a11y", "sre", "adaptors")
+
+
+def mathjax_es5_dir() -> Path | None:
+    """MathJax's ``es5`` folder from the installed ``django-static-mathjax`` package, if any."""
+    spec = importlib.util.find_spec("mathjax")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for loc in spec.submodule_search_locations:
+        d = Path(loc) / "static" / "mathjax" / "es5"
+        if (d / MATHJAX_ENTRY).is_file():
+            return d
+    return None
+
+
+def on_config_inited(app, config):
+    if mathjax_es5_dir() is not None and "://" in (config.mathjax_path or "https://"):
+        config.mathjax_path = f"mathjax/{MATHJAX_ENTRY}"
+
+
+def on_builder_inited(app):
+    src = mathjax_es5_dir()
+    if src is None or app.builder.format != "html":
+        return
+    dest = Path(app.outdir) / "_static" / "mathjax"
+    for part in MATHJAX_PARTS:
+        p = src / part
+        if p.is_dir():
+            shutil.copytree(p, dest / part, dirs_exist_ok=True)
+        elif p.is_file():
+            (dest / part).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(p, dest / part)
+    lic = src.parent / "LICENSE"
+    if lic.is_file():
+        shutil.copy2(lic, dest / "LICENSE")
+
+
+def setup(app):
+    app.connect("config-inited", on_config_inited)
+    app.connect("builder-inited", on_builder_inited)
+    # before sphinx-book-theme's header buttons (priority 501), which read ipynb_source
+    app.connect("html-page-context", on_page_context, priority=400)
+    app.connect("html-page-context", on_page_context_late, priority=900)  # after every script is added
+    return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}
