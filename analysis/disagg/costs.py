@@ -14,7 +14,8 @@ Per layer, for the tokens of one forward pass on one *instance* of ``n = tp * dp
 * FFN block: dense FFN (weights split over the ``n`` devices) or MoE: FLOPs of the ``active +
   shared`` experts per token, and weight bytes of the experts *actually touched* by the batch,
   ``E * (1 - (1 - k/E)^T)`` of ``E`` routed experts for ``T`` tokens (batch-dependent), times a named
-  load-imbalance factor;
+  load-imbalance factor on the expert FLOPs (the hottest device computes longest; each touched
+  expert's weights are read once whatever its load);
 * communication: tensor-parallel all-reduce (two per layer), expert-parallel all-to-all (dispatch
   and combine per MoE layer), each ``bytes / (link * link_eff) + latency``;
 * once per forward: LM head (and the embedding gather) and a fixed per-step overhead.
@@ -95,6 +96,7 @@ class Shape:
     vocab: float
     embed_params: float
     lm_head_params: float
+    max_context: float = float("inf")
 
     @property
     def attn_weights(self) -> float:
@@ -135,6 +137,7 @@ def shape(model: str | ModelSpec) -> Shape:
         n_shared=m.moe_shared if m.is_moe else 0, vocab=float(m.vocab_size),
         embed_params=float(m.vocab_size * m.hidden_size),
         lm_head_params=0.0 if m.tied_embeddings else float(m.vocab_size * m.hidden_size),
+        max_context=float(m.max_context),
     )
 
 
@@ -170,12 +173,15 @@ def experts_touched(tokens, n_experts: int, k_active: int):
 
 
 def attention_block(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, tokens, seqs, kv_tokens,
-                    pairs_full, pairs_slide, tp, dp):
+                    pairs_full, pairs_slide, tp, dp, attn_peak=None):
     """Time of all attention blocks (all layers) on one device of an instance, per forward pass.
 
     ``tokens``: new tokens in the pass (whole instance); ``seqs``: sequences in the pass;
     ``kv_tokens``: cached tokens read per full layer (summed over sequences); ``pairs_*``: attended
     (query, key) pairs per full / sliding layer, summed over sequences."""
+    # attention core (QK^T, softmax, AV) runs at ``attn_peak`` (FlashAttention in bf16 even when the
+    # GEMMs run in fp8/fp4); projections at the GEMM peak
+    apk = peak if attn_peak is None else attn_peak
     tok = tokens / dp
     split = np.minimum(tp, s.kv_split_max)
     wb, kb, ab = prec.weight_bytes, prec.kv_bytes, prec.act_bytes
@@ -187,11 +193,11 @@ def attention_block(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, tok
     # full-attention core
     core_f = pairs_full / dp * pf / tp
     core_b = (kv_tokens + tokens) / dp * s.kv_elems * kb / split
-    t_full = _rf(core_f, core_b, peak, bw, eff)
+    t_full = _rf(core_f, core_b, apk, bw, eff)
     t = (s.n_full + s.n_sliding) * t_proj + s.n_full * t_full
     if s.n_sliding:
         kv_sl = np.minimum(kv_tokens, seqs * s.window)
-        t_sl = _rf(pairs_slide / dp * pf / tp, (kv_sl + tokens) / dp * s.kv_elems * kb / split, peak, bw, eff)
+        t_sl = _rf(pairs_slide / dp * pf / tp, (kv_sl + tokens) / dp * s.kv_elems * kb / split, apk, bw, eff)
         t = t + s.n_sliding * t_sl
     if s.n_linear:
         lf = 2.0 * tok * s.lin_params / tp + 4.0 * tok * s.lin_state_elems / tp
@@ -212,7 +218,7 @@ def ffn_block(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, tokens, n
     if s.n_moe:
         u = experts_touched(tokens, s.n_experts, s.k_active) + s.n_shared
         f = 2.0 * tokens * (s.k_active + s.n_shared) * s.expert_params / n * eff.moe_imbalance
-        b = (u * s.expert_params * wb / n * np.where(n > 1, eff.moe_imbalance, 1.0)
+        b = (u * s.expert_params * wb / n
              + tokens * s.h * s.n_experts * wb / n  # router
              + tokens * (s.k_active + 1) * s.h * ab * 2.0 / n)
         t = t + s.n_moe * _rf(f, b, peak, bw, eff)
@@ -229,14 +235,15 @@ def head_time(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, seqs, tok
 def comm_time(s: Shape, prec: Precision, eff: Efficiency, link, *, tokens, tp, dp, cp_tokens=0.0):
     """Intra-instance communication per forward: two TP all-reduces per layer (ring: each device
     moves ``2 (tp-1)/tp`` of the activations) and, for MoE with ``n = tp*dp > 1``, an all-to-all
-    dispatch + combine per MoE layer (each token's activation to ``k`` experts)."""
+    dispatch + combine per MoE layer (each token's activation to the distinct devices of its
+    ``k`` experts)."""
     n = tp * dp
     ab = prec.act_bytes
     tok = tokens / dp
     ar = np.where(tp > 1, 2.0 * (tp - 1) / tp * tok * s.h * ab / (link * eff.link) + eff.collective_latency_s, 0.0)
     t = 2.0 * s.n_layers * ar
     if s.n_moe:
-        a2a = np.where(n > 1, 2.0 * tok * s.k_active * s.h * ab * (n - 1) / n / (link * eff.link)
+        a2a = np.where(n > 1, 2.0 * tok * distinct_destinations(s, n) * s.h * ab * (n - 1) / n / (link * eff.link)
                        + 2 * eff.collective_latency_s, 0.0)
         t = t + s.n_moe * a2a
     else:
@@ -282,7 +289,7 @@ def forward_parts(s: Shape, prec: Precision, eff: Efficiency, dev_attn: dict, de
     p = pass_inputs(s, **pass_kw)
     ta = attention_block(s, prec, eff, dev_attn["flops"], dev_attn["bw"], tokens=p["tokens"], seqs=p["seqs"],
                          kv_tokens=p["kv_tokens"], pairs_full=p["pairs_full"], pairs_slide=p["pairs_slide"],
-                         tp=tp, dp=dp)
+                         tp=tp, dp=dp, attn_peak=dev_attn.get("attn_flops"))
     ta = ta + head_time(s, prec, eff, dev_attn["flops"], dev_attn["bw"], seqs=p["seqs"], tokens=p["tokens"], n=tp * dp)
     tf = ffn_block(s, prec, eff, dev_ffn["flops"], dev_ffn["bw"], tokens=p["tokens"], n=n_ffn)
     return ta, tf, p
@@ -298,10 +305,20 @@ def colocated_pass_time(s: Shape, prec: Precision, eff: Efficiency, dev: dict, *
     return ta + tf + tc + eff.step_overhead_s + s.n_layers * eff.layer_overhead_s
 
 
+def distinct_destinations(s: Shape, n):
+    """Expected number of distinct devices a token's ``k`` routed experts live on when the experts
+    are spread over ``n`` devices (a token is sent once per destination device); 1 for dense FFNs."""
+    n = np.asarray(n, dtype=float)
+    if not s.n_moe:
+        return np.ones_like(n)
+    k = s.k_active
+    return np.where(n > 1, n * (1.0 - (1.0 - 1.0 / np.maximum(n, 1.0)) ** k), 1.0)
+
+
 def af_hop_time(s: Shape, prec: Precision, eff: Efficiency, net, *, tokens, n_attn, n_ffn):
     """One attention->FFN->attention round trip of ``tokens`` activations in one layer (the slower
     side's per-device link bounds it; MoE tokens go to ``k`` experts)."""
-    fan = max(s.k_active, 1) if s.n_moe else 1
+    fan = distinct_destinations(s, n_ffn)
     by = tokens * s.h * prec.act_bytes * fan
     per_dev = np.maximum(by / n_attn, by / n_ffn)
     return 2.0 * (per_dev / (net * eff.link) + eff.collective_latency_s)

@@ -18,7 +18,7 @@ def _npus() -> dict:
             "name": str(r["name"]), "kind": "npu", "flops": float(r["tflops"]) * 1e12,
             "bw": float(r["hbm_tbps"]) * 1e12, "cap": float(r["hbm_gb"]) * 1e9,
             "link": float(r["link_gbps"]) * 1e9, "net": float(r["net_gbps"]) * 1e9,
-            "price": float(r["price_usd"]),
+            "price": float(r["price_usd"]), "attn_flops": float(r["tflops"]) * 1e12,
         }
     return out
 
@@ -32,8 +32,8 @@ def names() -> list[str]:
 
 
 def device(name: str, compute: str = "bf16", *, net_bw: float = DEFAULT_NET_BW) -> dict:
-    """The numbers of a device: ``flops`` (peak for the ``compute`` dtype; an NPU design point has a
-    single peak), ``bw``, ``cap`` (bytes), ``link`` (scale-up bytes/s per direction), ``net``
+    """The numbers of a device: ``flops`` (GEMM peak for the ``compute`` dtype; an NPU design point
+    has a single peak), ``attn_flops`` (attention-core peak: bf16 on GPUs), ``bw``, ``cap`` (bytes), ``link`` (scale-up bytes/s per direction), ``net``
     (scale-out bytes/s), ``price`` (USD, NaN when unknown). Unknown names raise
     :class:`analysis.specs.UnknownNameError` listing GPUs and NPU design points."""
     if isinstance(name, dict):
@@ -44,6 +44,7 @@ def device(name: str, compute: str = "bf16", *, net_bw: float = DEFAULT_NET_BW) 
     if name not in specs.hardware_names("gpu"):
         raise specs.UnknownNameError("device (GPU or NPU design point)", name, names())
     g = specs.gpu(name)
-    return {"name": name, "kind": "gpu", "flops": g.flops(compute), "bw": g["hbm_bandwidth"],
+    return {"name": name, "kind": "gpu", "flops": g.flops(compute), "attn_flops": g.flops("bf16"),
+            "bw": g["hbm_bandwidth"],
             "cap": g["hbm_capacity"], "link": g.get("nvlink_bandwidth", g.get("pcie_bandwidth", 64e9)) / 2.0,
             "net": float(net_bw), "price": float(g.get("price", float("nan")))}

@@ -98,6 +98,8 @@ class Grid:
     prefill_batches: tuple = (1, 2, 4, 8, 16)  # prompts per prefill pass
     utilisations: tuple = (0.5, 0.7, 0.85)    # prefill pool utilisation
     microbatches: tuple = (1, 2, 3)           # ping-pong micro-batches (A/F split)
+    af_over_scaleup: bool = True              # A/F activations over the scale-up link (NVLink-class
+                                              # domain holding both pools) rather than scale-out NICs
 
     def limited(self, budget: int) -> "Grid":
         from dataclasses import replace
@@ -129,7 +131,7 @@ def _ar(s, prec, eff, link, tokens, tp):
                                                  / (link * eff.link) + eff.collective_latency_s), 0.0)
 
 
-def _split_step(s, prec, eff, da, df, *, tp, n_a, n_f, m, **pass_kw):
+def _split_step(s, prec, eff, da, df, *, tp, n_a, n_f, m, scaleup=True, **pass_kw):
     """Forward-pass time of an attention/FFN split with ``m`` ping-pong micro-batches; ``pass_kw``
     describe the whole pass and are divided among micro-batches."""
     kw = {k: (np.asarray(v, dtype=float) / m if k in ("dec_seqs", "pre_seqs") else v) for k, v in pass_kw.items()}
@@ -144,7 +146,8 @@ def _split_step(s, prec, eff, da, df, *, tp, n_a, n_f, m, **pass_kw):
     L = s.n_layers
     a = ta / L + eff.layer_overhead_s
     f = tf / L
-    x = costs.af_hop_time(s, prec, eff, np.minimum(da["net"], df["net"]), tokens=p["tokens"], n_attn=n_a, n_ffn=n_f)
+    link = np.minimum(da["link"], df["link"]) if scaleup else np.minimum(da["net"], df["net"])
+    x = costs.af_hop_time(s, prec, eff, link, tokens=p["tokens"], n_attn=n_a, n_ffn=n_f)
     layer = np.maximum(m * np.maximum(np.maximum(a, f), x), a + f + x)
     return L * layer + eff.step_overhead_s
 
@@ -218,7 +221,7 @@ def role_candidates(role, model, wl: Workload, hw, *, prec: Precision, eff: Effi
             mem = wbytes + costs.kv_bytes_per_device(s, prec, seqs=B, ctx=I + O, tp=tp, dp=dp)
             c["feasible"] = (mem <= _cap(dev, eff)) & (B >= dp)
             rate = B / (O * t)
-        c["hw"] = np.full(size.shape, dev["name"], dtype=object)
+        c["hw"] = dev["name"]  # scalar: unit_candidates turns it into an index into its device list
         return _finish(c, rate, size, size * dev["price"])
 
     # attention/FFN split units: A+F (both phases), PA+PF (prefill), DA+DF (decode)
@@ -239,7 +242,8 @@ def role_candidates(role, model, wl: Workload, hw, *, prec: Precision, eff: Effi
     dp = n_a / tp
     wa = costs.weight_bytes_per_device(s, prec, tp=tp, n=n_a, part="attn")
     wf = costs.weight_bytes_per_device(s, prec, tp=1, n=n_f, part="ffn")
-    run = lambda **kw: _split_step(s, prec, eff, da, df, tp=tp, n_a=n_a, n_f=n_f, m=m, **kw)
+    run = lambda **kw: _split_step(s, prec, eff, da, df, tp=tp, n_a=n_a, n_f=n_f, m=m,
+                                   scaleup=g.af_over_scaleup, **kw)
     if role == "AF":
         B, K = c["batch"], c["chunk"]
         pl, ps, pp = _chunk_geometry(I, K)
@@ -270,8 +274,7 @@ def role_candidates(role, model, wl: Workload, hw, *, prec: Precision, eff: Effi
         kvb = costs.kv_bytes_per_device(s, prec, seqs=B, ctx=I + O, tp=tp, dp=dp)
         c["feasible"] = (wa + kvb <= _cap(da, eff)) & (wf <= _cap(df, eff)) & (B >= dp * m)
         rate = B / (O * t)
-    c["hw_a"] = np.full(n_a.shape, da["name"], dtype=object)
-    c["hw_f"] = np.full(n_a.shape, df["name"], dtype=object)
+    c["hw_a"], c["hw_f"] = da["name"], df["name"]
     return _finish(c, rate, n_a + n_f, n_a * da["price"] + n_f * df["price"])
 
 
@@ -304,11 +307,19 @@ def _check_hardware(hardware, mode):
                 _devices.device(h)  # raises UnknownNameError with the allowed names
 
 
+HW_KEYS = ("hw", "hw_a", "hw_f")
+
+
 def unit_candidates(unit, roles, model, wl, hardware, **kw):
-    """Candidates of one unit concatenated over its hardware choices."""
+    """Candidates of one unit concatenated over its hardware choices; the device names are kept
+    once per choice (``_hw`` list) and referenced by the integer array ``hw_idx``."""
     parts = [role_candidates(unit, model, wl, hw, **kw) for hw in _unit_hw(roles, hardware)]
-    keys = parts[0].keys()
-    return {k: np.concatenate([p[k] for p in parts]) for k in keys}
+    names = [{k: p[k] for k in HW_KEYS if k in p} for p in parts]
+    keys = [k for k in parts[0] if k not in HW_KEYS]
+    out = {k: np.concatenate([p[k] for p in parts]) for k in keys}
+    out["hw_idx"] = np.concatenate([np.full(len(p["rate"]), i, dtype=np.int32) for i, p in enumerate(parts)])
+    out["_hw"] = names
+    return out
 
 
 @dataclass
@@ -333,12 +344,15 @@ class Plan:
 
 
 def _pick(c, i):
-    return {k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in c.items()}
+    out = {k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in c.items() if k != "_hw"}
+    if "_hw" in c:
+        out.update(c["_hw"][out.pop("hw_idx")])
+    return out
 
 
 def best_plan(mode, model, wl: Workload, slo: SLO, hardware: dict, *, budget: int = 64,
               objective: str = "device", prec: Precision = Precision(), eff: Efficiency = Efficiency(),
-              grid: Grid = Grid(), _cands=None) -> Plan:
+              grid: Grid = Grid(), enforce_context: bool = True, _cands=None) -> Plan:
     """The best plan of ``mode`` for ``model`` on ``wl`` under ``slo`` within ``budget`` devices.
 
     ``objective``: ``"device"`` (output tokens/s per device) or ``"dollar"`` (per USD of devices).
@@ -353,9 +367,18 @@ def best_plan(mode, model, wl: Workload, slo: SLO, hardware: dict, *, budget: in
     if not (isinstance(budget, (int, np.integer)) and budget >= 1):
         raise SearchError(f"budget must be a positive integer number of devices, got {budget!r}")
     _check_hardware(hardware, mode)
-    cands = _cands if _cands is not None else mode_candidates(mode, model, wl, hardware, budget=budget,
+    s = model if isinstance(model, costs.Shape) else costs.shape(model)
+    if enforce_context and wl.input_tokens + wl.output_tokens > s.max_context:
+        return Plan(mode, False, f"{wl.input_tokens + wl.output_tokens:,.0f} tokens exceed {s.name}'s context "
+                    f"window of {s.max_context:,.0f}")
+    cands = _cands if _cands is not None else mode_candidates(mode, s, wl, hardware, budget=budget,
                                                                prec=prec, eff=eff, grid=grid)
     key = "dev_per_rate" if objective == "device" else "usd_per_rate"
+    if objective == "dollar":
+        for c in cands:
+            if not np.isfinite(c["usd_per_rate"]).any():
+                raise SearchError("objective 'dollar' needs a price for every device; "
+                                  "data/hardware.csv or data/npu_design_points.csv lacks one")
     n_total = sum(len(c["rate"]) for c in cands)
     best_idx, best_cost, why = [], [], []
     for (unit, _), c in zip(MODE_UNITS[mode], cands):
@@ -416,15 +439,38 @@ def best_plan(mode, model, wl: Workload, slo: SLO, hardware: dict, *, budget: in
     return Plan(mode, True, "", O / dev_cost, O / usd_cost * 1e3, ttft, tpot, units, n_total)
 
 
-def mode_candidates(mode, model, wl, hardware, *, budget, prec, eff, grid):
+def mode_candidates(mode, model, wl, hardware, *, budget, prec, eff, grid, _memo=None):
+    """Candidates of each unit of ``mode`` (``_memo``: a dict shared across modes so that a unit
+    used by several modes, e.g. the decode A/F split of 3-way and PDAF, is priced once)."""
     s = model if isinstance(model, costs.Shape) else costs.shape(model)
-    return [unit_candidates(unit, roles, s, wl, hardware, prec=prec, eff=eff, grid=grid, budget=budget)
-            for unit, roles in MODE_UNITS[mode]]
+    out = []
+    for unit, roles in MODE_UNITS[mode]:
+        key = (unit, roles)
+        if _memo is not None and key in _memo:
+            out.append(_memo[key])
+            continue
+        c = unit_candidates(unit, roles, s, wl, hardware, prec=prec, eff=eff, grid=grid, budget=budget)
+        if _memo is not None:
+            _memo[key] = c
+        out.append(c)
+    return out
 
 
 def best_plans(model, wl, slo, hardware, modes=MODES, **kw) -> dict:
-    """Best plan of every mode under the same SLO, budget and objective."""
-    return {m: best_plan(m, model, wl, slo, hardware, **kw) for m in modes}
+    """Best plan of every mode under the same SLO, budget and objective (shared units priced once)."""
+    memo = {}
+    out = {}
+    for m in modes:
+        if m not in MODES:
+            raise SearchError(f"unknown mode {m!r}; modes: {', '.join(MODES)}")
+        s = model if isinstance(model, costs.Shape) else costs.shape(model)
+        cands = None
+        if not (kw.get("enforce_context", True) and wl.input_tokens + wl.output_tokens > s.max_context):
+            _check_hardware(hardware, m)
+            cands = mode_candidates(m, s, wl, hardware, budget=kw.get("budget", 64), prec=kw.get("prec", Precision()),
+                                    eff=kw.get("eff", Efficiency()), grid=kw.get("grid", Grid()), _memo=memo)
+        out[m] = best_plan(m, model, wl, slo, hardware, _cands=cands, **kw)
+    return out
 
 
 def pareto(mode, model, wl, ttft_s, tpot_grid, hardware, **kw):
@@ -446,14 +492,17 @@ def count_candidates(mode, model, wl, hardware, **kw) -> int:
 
 
 def throughput_benchmark(model="Llama-3.1-70B", device="H100-SXM5-80GB", repeat=3) -> dict:
-    """Candidate configurations priced per second by the vectorised search (all modes)."""
+    """Distinct candidate configurations priced per second by the vectorised search (all five modes
+    for one model and workload; units shared by several modes counted once)."""
     hw = default_hardware(device)
     wl = Workload(8192, 1000)
     n, best = 0, float("inf")
     for _ in range(repeat):
         t0 = time.perf_counter()
-        n = 0
+        memo = {}
         for mode in MODES:
-            n += count_candidates(mode, model, wl, hw, budget=64, prec=Precision(), eff=Efficiency(), grid=Grid())
+            mode_candidates(mode, model, wl, hw, budget=64, prec=Precision.named("fp8"), eff=Efficiency(),
+                            grid=Grid(), _memo=memo)
         best = min(best, time.perf_counter() - t0)
+        n = sum(len(c["rate"]) for c in memo.values())
     return {"candidates": n, "seconds": best, "per_s": n / best}

@@ -123,27 +123,38 @@ def load_rows(assume_workers: bool = False) -> pd.DataFrame:
 
 @dataclass
 class Calibration:
-    """Fitted constants: per-system compute/bandwidth efficiency, per-backend step overhead, the
-    wave-synchronisation weights. Defaults are the uncalibrated model."""
+    """Fitted constants: per-system compute/bandwidth efficiency; per-backend step overhead, fixed
+    per-request TTFT overhead (HTTP, tokenisation, scheduling) and wave-synchronisation weight (how
+    much of the benchmark's first-wave burst the backend's scheduler keeps: prefill-first schedulers
+    keep more); one synchronisation weight for disaggregated runs. Defaults = uncalibrated model."""
 
     compute: dict = field(default_factory=lambda: {s: 0.6 for s in SYSTEMS})
     bandwidth: dict = field(default_factory=lambda: {s: 0.8 for s in SYSTEMS})
     step_overhead_s: dict = field(default_factory=lambda: {b: 2e-3 for b in BACKENDS})
-    sync: float = 0.5          # AIConfigurator's own benchmark database (db-dump rows)
-    sync_export: float = 0.5   # rows imported from exported benchmark tables (source_file rows)
+    ttft_overhead_s: dict = field(default_factory=lambda: {b: 0.0 for b in BACKENDS})
+    sync: dict = field(default_factory=lambda: {b: 0.5 for b in BACKENDS})
     sync_disagg: float = 0.5
     chunk_tokens: float = 8192.0
 
     def vector(self):
         return np.r_[[self.compute[s] for s in SYSTEMS], [self.bandwidth[s] for s in SYSTEMS],
-                     [self.step_overhead_s[b] for b in BACKENDS], self.sync, self.sync_export, self.sync_disagg]
+                     [self.step_overhead_s[b] for b in BACKENDS], [self.ttft_overhead_s[b] for b in BACKENDS],
+                     [self.sync[b] for b in BACKENDS], self.sync_disagg]
+
+    @staticmethod
+    def bounds():
+        n, k = len(SYSTEMS), len(BACKENDS)
+        lo = np.r_[[0.05] * (2 * n), [0.0] * k, [0.0] * k, [0.0] * k, 0.0]
+        hi = np.r_[[1.0] * (2 * n), [0.02] * k, [0.5] * k, [1.0] * k, 1.0]
+        return lo, hi
 
     @classmethod
     def from_vector(cls, v, chunk_tokens=8192.0):
-        n = len(SYSTEMS)
-        return cls(dict(zip(SYSTEMS, map(float, v[:n]))), dict(zip(SYSTEMS, map(float, v[n:2 * n]))),
-                   dict(zip(BACKENDS, map(float, v[2 * n:2 * n + 3]))), float(v[-3]), float(v[-2]), float(v[-1]),
-                   chunk_tokens)
+        n, k = len(SYSTEMS), len(BACKENDS)
+        v = [float(x) for x in v]
+        return cls(dict(zip(SYSTEMS, v[:n])), dict(zip(SYSTEMS, v[n:2 * n])),
+                   dict(zip(BACKENDS, v[2 * n:2 * n + k])), dict(zip(BACKENDS, v[2 * n + k:2 * n + 2 * k])),
+                   dict(zip(BACKENDS, v[2 * n + 2 * k:2 * n + 3 * k])), v[-1], chunk_tokens)
 
 
 def _row_arrays(g: pd.DataFrame, cal: Calibration, base: Efficiency, net_bw: float):
@@ -162,6 +173,7 @@ def _row_arrays(g: pd.DataFrame, cal: Calibration, base: Efficiency, net_bw: flo
     prec = Precision(weight_bytes=wb, kv_bytes=np.where(fp8kv, 1.0, 2.0), act_bytes=2.0, compute="bf16")
     hws = [specs.gpu(h) for h in g["hardware"]]
     dev = {"flops": np.array([hw.flops(c) for hw, c in zip(hws, comp)]),
+           "attn_flops": np.array([hw.flops("bf16") for hw in hws]),
            "bw": np.array([hw["hbm_bandwidth"] for hw in hws]), "cap": np.array([hw["hbm_capacity"] for hw in hws]),
            "link": np.array([hw["nvlink_bandwidth"] / 2 for hw in hws]), "net": np.full(len(g), float(net_bw))}
     return eff, prec, dev
@@ -197,13 +209,13 @@ def _agg(s, g, eff, prec, dev, cal):
     # prefill-bound when the chunks cannot keep up: X_s = min(decode rate, prefill rate); Little's law
     X_s = np.minimum(A / (O * tpot_s), ps * pl / (I * t_mix))
     ttft_s = np.maximum(np.ceil(I / pl) * t_mix + t_dec / 2, A / X_s - (O - 1) * tpot_s)
-    sync = np.where(g["source_kind"].to_numpy() == "db", cal.sync, cal.sync_export)
+    sync = np.array([cal.sync[b] for b in g["backend"]])
     ttft = sync * ttft_w + (1 - sync) * ttft_s
     tpot = sync * tpot_w + (1 - sync) * tpot_s
     cycle = ttft + (O - 1) * tpot
     X = A / cycle
     ttft = ttft + np.maximum(c - A, 0) / X
-    return ttft, tpot
+    return ttft + np.array([cal.ttft_overhead_s[b] for b in g["backend"]]), tpot
 
 
 def _disagg(s, g, eff, prec, dev, cal):
@@ -234,7 +246,7 @@ def _disagg(s, g, eff, prec, dev, cal):
     rounds = np.ceil(c / (Wp * pseqs))
     ttft_w = (rounds + 1) / 2 * t_p + exposed
     ttft = cal.sync_disagg * ttft_w + (1 - cal.sync_disagg) * ttft_s
-    return ttft, t_dec
+    return ttft + np.array([cal.ttft_overhead_s[b] for b in g["backend"]]), t_dec
 
 
 def predict(rows: pd.DataFrame, cal: Calibration | None = None, *, base: Efficiency = Efficiency(),
@@ -263,9 +275,7 @@ def fit(rows: pd.DataFrame, *, split="train", max_nfev=60, **kw) -> Calibration:
 
     r = rows[(rows["skip_reason"] == "") & (rows["split"] == split)]
     x0 = Calibration().vector()
-    n = len(SYSTEMS)
-    lo = np.r_[[0.05] * (2 * n), [0.0] * 3, 0.0, 0.0, 0.0]
-    hi = np.r_[[1.0] * (2 * n), [0.02] * 3, 1.0, 1.0, 1.0]
+    lo, hi = Calibration.bounds()
 
     def resid(v):
         p = predict(r, Calibration.from_vector(v), **kw)

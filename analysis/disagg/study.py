@@ -1,0 +1,195 @@
+"""The chapter's experiments, each a pure function of its parameters (cached on disk by the chapter):
+the ratio sweep on GPUs and NPU design points, the attention-vs-FFN ablation, Pareto fronts,
+the Mooncake-trace workload and the validation against measured runs."""
+from __future__ import annotations
+
+import json
+from dataclasses import replace as _dc_replace
+
+import numpy as np
+import pandas as pd
+
+from .. import specs
+from . import costs, devices, search as S, validate as V
+from .costs import Efficiency, Precision
+
+PAPER_MODELS = ["Llama-3.1-405B", "Qwen3-235B-A22B", "GLM-4.6", "DeepSeek-V3", "Llama-4-Scout",
+                "Llama-4-Maverick", "gpt-oss-120b"]
+# the paper's DeepSeek V4 Pro/Flash have no public configuration in data/models.csv; DeepSeek-V3
+# (MLA + fine-grained MoE, the V4 family's predecessor) is the closest configuration the book has
+
+
+def slo_for(input_tokens, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s) -> S.SLO:
+    """TTFT SLO grows with the prompt (a fixed part + a per-1k-input-token part); TPOT SLO fixed."""
+    return S.SLO(ttft_slo_s + ttft_slo_s_per_1k_input * input_tokens / 1000.0, tpot_slo_s)
+
+
+def npu_grid(af_over_scaleup=True) -> S.Grid:
+    """A coarser grid for searches over device *types* (each A/F unit tries every pair of design
+    points, so the configuration grid is thinned to keep the chapter within its time budget)."""
+    return S.Grid(sizes=(1, 2, 4, 8, 16, 32), batches=(1, 4, 16, 64, 256, 1024, 4096),
+                  chunks=(1024, 4096, 16384), prefill_batches=(1, 4, 16), utilisations=(0.6, 0.85),
+                  microbatches=(1, 2), af_over_scaleup=af_over_scaleup)
+
+
+def hardware_sets(gpus, npu_points, role_hardware=None) -> dict:
+    """Named hardware assignments: one per GPU (every role on it), one where every role picks among
+    the NPU design points, and optionally a custom per-role assignment."""
+    out = {g: S.default_hardware(g) for g in gpus}
+    if npu_points:
+        out["NPU design points"] = S.default_hardware(list(npu_points))
+    if role_hardware:
+        base = S.default_hardware(gpus[0] if gpus else list(npu_points))
+        for r, v in role_hardware.items():
+            if r not in S.ROLES:
+                raise S.SearchError(f"role_hardware: unknown role {r!r}; roles: {', '.join(S.ROLES)}")
+            base[r] = [v] if isinstance(v, str) else list(v)
+        out["custom roles"] = base
+    return out
+
+
+def attention_share(model, input_tokens, output_tokens, device="H100-SXM5-80GB", precision="fp8",
+                    batch=64, tp=8) -> float:
+    """Share of a colocated decode step spent in attention (projections + core + KV reads) at a fixed
+    reference configuration (``tp`` devices, ``batch`` sequences, mean context ``I + O/2``): the
+    book's measure of how attention-dense a model/workload is."""
+    s = costs.shape(model)
+    prec = Precision.named(precision)
+    eff = Efficiency()
+    dev = devices.device(device, prec.compute)
+    ta, tf, _ = costs.forward_parts(s, prec, eff, dev, dev, tp=float(tp), dp=1.0, n_ffn=float(tp),
+                                    dec_seqs=float(batch), dec_ctx=input_tokens + output_tokens / 2)
+    return float(ta / (ta + tf))
+
+
+def _plan_row(p: S.Plan):
+    units = [{k: v for k, v in u.items() if k in ("unit", "size", "tp", "n_a", "n_f", "batch", "pbatch", "chunk",
+                                                   "m", "rho", "hw", "hw_a", "hw_f", "device_share", "devices")}
+             for u in p.units]
+    return {"feasible": p.feasible, "reason": p.reason, "tps_device": p.tokens_per_s_per_device,
+            "tps_kusd": p.tokens_per_s_per_kusd, "ttft_s": p.ttft_s, "tpot_s": p.tpot_s,
+            "units": json.dumps(units, default=float), "candidates": p.candidates}
+
+
+def run_cell(model, hw_name, hardware, wl, slo, *, budget, precision, objective, grid, enforce_context,
+             eff=Efficiency()):
+    rows = []
+    plans = S.best_plans(model, wl, slo, hardware, budget=budget, objective=objective,
+                         prec=Precision.named(precision), eff=eff, grid=grid, enforce_context=enforce_context)
+    for mode, p in plans.items():
+        rows.append({"model": model if isinstance(model, str) else model.name, "hardware": hw_name,
+                     "input_tokens": wl.input_tokens, "output_tokens": wl.output_tokens, "mode": mode,
+                     "objective": objective, **_plan_row(p)})
+    return rows
+
+
+def ratio_sweep(models, gpus, npu_points, ratios, output_tokens, *, ttft_slo_s, ttft_slo_s_per_1k_input,
+                tpot_slo_s, budget, precision, af_over_scaleup, enforce_context, role_hardware=None,
+                jobs=2) -> pd.DataFrame:
+    """Best plan of every mode for every model x hardware set x input/output ratio. GPUs are compared
+    per device; the NPU set (roles choose their design point) per dollar of estimated device price."""
+    sets = hardware_sets(gpus, npu_points, role_hardware)
+    tasks = []
+    for hw_name, hw in sets.items():
+        npu = hw_name == "NPU design points"
+        grid = npu_grid(af_over_scaleup) if npu else S.Grid(af_over_scaleup=af_over_scaleup)
+        for model in models:
+            for r in ratios:
+                wl = S.Workload(max(1.0, round(r * output_tokens)), output_tokens)
+                slo = slo_for(wl.input_tokens, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s)
+                tasks.append(((model, hw_name, hw, wl, slo),
+                              dict(budget=budget, precision=precision, objective="dollar" if npu else "device",
+                                   grid=grid, enforce_context=enforce_context), r))
+    rows = []
+    for (args, kw, r), cell in zip(tasks, _map(_cell_task, [(a, k) for a, k, _ in tasks], jobs)):
+        for row in cell:
+            row["ratio"] = r
+            rows.append(row)
+    df = pd.DataFrame(rows)
+    return add_speedup(df, ["model", "hardware", "ratio"])
+
+
+def _cell_task(task):
+    args, kw = task
+    return run_cell(*args, **kw)
+
+
+def _map(fn, items, jobs):
+    """``map`` over a process pool of ``jobs`` workers (order kept; serial when jobs <= 1)."""
+    if jobs <= 1 or len(items) < 2:
+        return [fn(x) for x in items]
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("fork")) as ex:
+        return list(ex.map(fn, items, chunksize=1))
+
+
+def add_speedup(df, keys):
+    """Speedup of each mode over the colocated plan of the same cell (per device on GPUs, per
+    dollar on NPU design points); NaN where either is infeasible."""
+    df = df.copy()
+    df["metric"] = np.where(df["objective"] == "dollar", df["tps_kusd"], df["tps_device"])
+    base = df[df["mode"] == "C"].set_index(keys)["metric"]
+    df["speedup"] = df["metric"].to_numpy() / base.reindex(pd.MultiIndex.from_frame(df[keys])).to_numpy()
+    return df
+
+
+def ablation(base_model, ratios, output_tokens, *, gpu, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s,
+             budget, precision, af_over_scaleup) -> pd.DataFrame:
+    """Attention-vs-FFN intensity ablation on one architecture: routed experts per token (FFN
+    density) and KV heads (attention density, up to MHA), across input/output ratios."""
+    m = specs.model(base_model)
+    variants = []
+    if m.is_moe:
+        for k in sorted({1, 2, 4, 8, 16, 32, m.moe_active}):
+            if k <= m.moe_experts:
+                variants.append(("active experts", k, m.replace(name=f"{m.name} k={k}", moe_active=k)))
+    for kvh in sorted({1, 4, 16, m.n_kv_heads, m.n_heads}):
+        if m.n_heads % kvh == 0 and m.attention != "mla":
+            att = "mha" if kvh == m.n_heads else "gqa"
+            variants.append(("KV heads", kvh, m.replace(name=f"{m.name} kv={kvh}", n_kv_heads=kvh, attention=att)))
+    rows = []
+    hw = S.default_hardware(gpu)
+    for axis, val, spec in variants:
+        for r in ratios:
+            wl = S.Workload(max(1.0, round(r * output_tokens)), output_tokens)
+            slo = slo_for(wl.input_tokens, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s)
+            share = attention_share(spec, wl.input_tokens, wl.output_tokens, gpu, precision)
+            for row in run_cell(spec, gpu, hw, wl, slo, budget=budget, precision=precision, objective="device",
+                                grid=S.Grid(af_over_scaleup=af_over_scaleup), enforce_context=False):
+                row.update(axis=axis, value=val, ratio=r, attention_share=share)
+                rows.append(row)
+    return add_speedup(pd.DataFrame(rows), ["model", "ratio"])
+
+
+def pareto_fronts(model, ratio, output_tokens, *, hardware_name, hardware, tpot_grid, ttft_slo_s,
+                  ttft_slo_s_per_1k_input, budget, precision, af_over_scaleup) -> pd.DataFrame:
+    wl = S.Workload(max(1.0, round(ratio * output_tokens)), output_tokens)
+    ttft = slo_for(wl.input_tokens, ttft_slo_s, ttft_slo_s_per_1k_input, 1.0).ttft_s
+    rows = []
+    for mode in S.MODES:
+        tps = S.pareto(mode, model, wl, ttft, tpot_grid, hardware, budget=budget,
+                       prec=Precision.named(precision), grid=S.Grid(af_over_scaleup=af_over_scaleup),
+                       enforce_context=False)
+        rows += [{"mode": mode, "tpot_slo_s": t, "tps_device": v} for t, v in zip(tpot_grid, tps)]
+    return pd.DataFrame(rows)
+
+
+def mooncake_workload():
+    """Mean input and output lengths of the Mooncake conversation trace (chapter 2's reader)."""
+    from ..tiering.trace import load_trace
+
+    t = load_trace("mooncake_conversation")
+    return {"input_tokens": float(np.mean(t.input_tokens)), "output_tokens": float(np.mean(t.output_tokens)),
+            "requests": int(t.n_requests), "input_p90": float(np.percentile(t.input_tokens, 90))}
+
+
+def validation(max_nfev=40):
+    """Rows, the calibration fitted on the train split, and predictions (calibrated and not)."""
+    rows = V.load_rows()
+    cal = V.fit(rows, split="train", max_nfev=max_nfev)
+    pred = V.predict(rows, cal)
+    raw = V.predict(rows, V.Calibration())
+    assumed = V.predict(V.load_rows(assume_workers=True), cal)
+    return {"rows": rows, "calibration": cal, "pred": pred, "uncalibrated": raw, "assumed_workers": assumed}
