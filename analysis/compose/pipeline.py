@@ -1,0 +1,324 @@
+"""One pipeline: model x workload x KV policy x tier layout x deployment mode -> cost per million
+tokens, SLO, fidelity. Everything is computed by the other chapters' public functions; the glue
+between them (the adapters below) is small and stated.
+
+For a :class:`Scenario` (SI units):
+
+1. **Deployment** (chapter 3): ``search.best_plan(mode, model, Workload(I, O), SLO, hardware)``,
+   with the KV policy's on-device bytes as the KV element size
+   (``Precision.kv_bytes = 2 bytes x hot_ratio``: a compressed cache holds more sequences and is
+   read faster in decode) and, for the *maturity of disaggregation*, the scale-out bandwidth of
+   every device divided by ``transfer_overhead`` (chapter 3 moves the prefill-to-decode KV over it;
+   its A/F activations go over the scale-up link unless its grid says otherwise).
+2. **Prefix reuse** (chapter 2): the instances that run the prefill carry the tier ``layout``
+   (``tiering.tiers.build_tiers``: HBM share, DRAM, CXL, NVMe, QLC, AI SSD, with their capacities,
+   delivered bandwidths and amortised cost). The workload's reuse has the shape of the Mooncake
+   trace's exact LRU hit curve (``tiering.lru_hit_curve``), rescaled to the map's ``hit_rate`` (the
+   hit rate of an unbounded cache) and to the context length (prefixes ``I / mean input`` times
+   longer need that many times the capacity). The realised hit tokens of each tier shorten the
+   prefill: compute of the ``I - H`` new tokens after ``H`` cached ones (``roofline.prefill_time``),
+   overlapped layer by layer with the tier loads (chapter 2's rule
+   ``max(c, l) + min(c, l) / layers``). The prefill share of the plan's device time and TTFT are
+   scaled by that ratio (*adapter*: the plan itself is held fixed, so the cost is an upper bound
+   of a re-optimised plan).
+3. **KV policy** (chapter 4): exact copies of quantized windows (QEvict with recall) live in the
+   slowest tier of the layout, paid per byte-second for the decode time; recalls add
+   ``batch x recall bytes / tier bandwidth`` to every decode step (not overlapped).
+4. **Cost**: device-seconds per request x GPU cost per second (``tiering.tiers.gpu_usd_per_s``) +
+   the layout's tiers for the prefill instance-seconds + the cold copies; divided by the request's
+   ``I + O`` tokens. SLOs are re-checked after the adjustments.
+
+Mode ``AF`` is not offered: its plan record (chapter 3) does not separate prefill from decode work,
+which step 2 needs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import kv, roofline
+from ..specs import ModelSpec, model as _model
+from ..disagg import devices as _devices, search
+from ..disagg.costs import Efficiency, Precision
+from ..tiering import tiers as _tiers
+from .fidelity import KVPolicy
+
+MODES = ("C", "PD", "3-way", "PDAF")
+PREFILL_UNIT = {"C": "C", "PD": "P", "3-way": "P", "PDAF": "PAF"}
+DECODE_UNIT = {"C": "C", "PD": "D", "3-way": "DAF", "PDAF": "DAF"}
+LAYOUTS = tuple(k for k in _tiers.CONFIGS if k != "pool")  # the pool is cluster-wide, not per instance
+KV_ELEMENT_BYTES = 2.0  # bf16: chapter 3's default Precision and chapter 2's default kv_dtype
+
+
+class ComposeError(ValueError):
+    """A scenario cannot be evaluated as given; the message says why and what is allowed."""
+
+
+# --------------------------------------------------------------------------------- reuse curve
+
+@dataclass(frozen=True)
+class ReuseCurve:
+    """Fraction of the unbounded-cache hits reached at each cache capacity, with capacities in
+    tokens of a trace whose mean prompt is ``mean_input_tokens`` long."""
+
+    capacity_tokens: np.ndarray  # increasing
+    fraction: np.ndarray         # non-decreasing, ends at 1
+    mean_input_tokens: float
+    name: str = ""
+
+    def __post_init__(self):
+        c, f = np.asarray(self.capacity_tokens, float), np.asarray(self.fraction, float)
+        if c.ndim != 1 or c.shape != f.shape or c.size == 0:
+            raise ComposeError("ReuseCurve: capacity_tokens and fraction must be equal-length 1-D arrays")
+        if np.any(np.diff(c) < 0) or np.any(np.diff(f) < 0) or f[0] < 0 or abs(f[-1] - 1) > 1e-9:
+            raise ComposeError("ReuseCurve: capacities must increase and fractions rise to 1")
+        if not self.mean_input_tokens > 0:
+            raise ComposeError("ReuseCurve: mean_input_tokens must be > 0")
+
+    def at(self, capacity_tokens, input_tokens):
+        """Fraction of the reusable tokens that a cache of ``capacity_tokens`` (tokens of the served
+        workload, prompts of ``input_tokens``) catches."""
+        scaled = np.asarray(capacity_tokens, float) * self.mean_input_tokens / float(input_tokens)
+        i = np.searchsorted(self.capacity_tokens, scaled, "right")
+        return np.concatenate([[0.0], self.fraction])[i]
+
+    def __hash__(self):
+        return hash((self.name, self.mean_input_tokens, self.capacity_tokens.size, float(self.capacity_tokens[-1])))
+
+    def __eq__(self, other):
+        return isinstance(other, ReuseCurve) and hash(self) == hash(other)
+
+
+def reuse_curve_from_trace(trace="mooncake_conversation") -> ReuseCurve:
+    """The normalised LRU hit curve of a trace (chapter 2), cached on disk."""
+    from ..cache import cached
+    from ..tiering import load_trace, lru_hit_curve
+
+    def compute():
+        tr = load_trace(trace)
+        hc = lru_hit_curve(tr)
+        if not hc.cum_tokens.size:
+            raise ComposeError(f"trace {trace!r} has no prefix reuse at any capacity")
+        return (hc.capacities.astype(float) * tr.block_size, hc.cum_tokens / hc.cum_tokens[-1],
+                float(tr.input_tokens.mean()))
+
+    cap, frac, mean_in = cached("compose_reuse", {"trace": str(trace)}, compute)
+    return ReuseCurve(cap, frac, mean_in, str(trace))
+
+
+# ------------------------------------------------------------------------------------- scenario
+
+@dataclass(frozen=True)
+class Scenario:
+    model: str | ModelSpec = "Llama-3.1-70B"
+    gpu: str = "H100-SXM5-80GB"
+    input_tokens: float = 32768
+    output_tokens: float = 1000
+    hit_rate: float = 0.0            # hit rate the workload reaches with an unbounded prefix cache
+    layout: str = "hbm"              # chapter 2 tier configuration of the prefill instances
+    mode: str = "C"
+    policy: KVPolicy = field(default_factory=KVPolicy.full)
+    ttft_slo_s: float = 10.0
+    tpot_slo_s: float = 0.1
+    budget_devices: int = 64
+    transfer_overhead: float = 1.0   # >= 1: scale-out bandwidth for KV / activation transfer divided by it
+    tiers: _tiers.Deployment = field(default_factory=_tiers.Deployment)  # prices and devices of the tiers
+    gpu_cost_basis: str = "rent"
+    gpu_rent_usd_per_s: float = 0.0  # 0: the GPU's rent in data/hardware.csv
+
+    def replace(self, **kw) -> "Scenario":
+        return dataclasses.replace(self, **kw)
+
+    def validate(self) -> "Scenario":
+        bad = []
+        m = _model(self.model)  # unknown names raise UnknownNameError
+        for f in ("input_tokens", "output_tokens"):
+            v = getattr(self, f)
+            if not (isinstance(v, (int, float, np.integer, np.floating)) and math.isfinite(v) and v >= 1):
+                bad.append(f"{f} must be a number of tokens >= 1, got {v!r}")
+        if not 0 <= self.hit_rate <= 1:
+            bad.append(f"hit_rate must be in [0, 1], got {self.hit_rate!r}")
+        if self.layout not in LAYOUTS:
+            bad.append(f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
+        if self.mode not in MODES:
+            bad.append(f"mode must be one of {', '.join(MODES)} (AF has no separable prefill), got {self.mode!r}")
+        for f in ("ttft_slo_s", "tpot_slo_s"):
+            v = getattr(self, f)
+            if not (math.isfinite(v) and v > 0):
+                bad.append(f"{f} must be a time > 0 s, got {v!r}")
+        if not (isinstance(self.budget_devices, (int, np.integer)) and self.budget_devices >= 1):
+            bad.append(f"budget_devices must be a positive integer, got {self.budget_devices!r}")
+        if not (math.isfinite(self.transfer_overhead) and self.transfer_overhead >= 1):
+            bad.append(f"transfer_overhead must be >= 1 (1 = chapter 3's network), got {self.transfer_overhead!r}")
+        if not isinstance(self.policy, KVPolicy):
+            bad.append(f"policy must be a KVPolicy, got {type(self.policy).__name__}")
+        if bad:
+            raise ComposeError("invalid scenario: " + "; ".join(bad))
+        _devices.device(self.gpu)
+        if self.input_tokens + self.output_tokens > m.max_context:
+            raise ComposeError(f"{self.input_tokens + self.output_tokens:,.0f} tokens exceed {m.name}'s context "
+                               f"window of {m.max_context:,}")
+        return self
+
+
+@dataclass
+class Result:
+    feasible: bool                  # a plan exists, everything fits and the SLOs hold
+    reason: str = ""
+    usd_per_mtok: float = math.inf
+    gpu_usd_per_mtok: float = math.inf
+    tier_usd_per_mtok: float = 0.0
+    cold_usd_per_mtok: float = 0.0
+    ttft_s: float = math.nan
+    tpot_s: float = math.nan
+    meets_slo: bool = False
+    realized_hit_rate: float = 0.0
+    prefill_ratio: float = 1.0
+    recall_s_per_step: float = 0.0
+    output_tokens_per_s_per_device: float = math.nan
+    plan_tokens_per_s_per_device: float = math.nan
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# ----------------------------------------------------------------------------------- adapters
+
+def hardware(gpu: str, transfer_overhead: float = 1.0) -> dict:
+    """Chapter 3's hardware dict (every role on ``gpu``), with the scale-out bandwidth divided by
+    ``transfer_overhead`` (1 returns exactly ``search.default_hardware(gpu)``)."""
+    if transfer_overhead == 1.0:
+        return search.default_hardware(gpu)
+    dev = _devices.device(gpu, net_bw=_devices.DEFAULT_NET_BW / float(transfer_overhead))
+    return search.default_hardware([dev])
+
+
+def precision(hot_ratio: float) -> Precision:
+    """Chapter 3's precision with a KV policy's on-device bytes per element (exactly the default
+    ``Precision()`` when ``hot_ratio`` = 1)."""
+    if not 0 < hot_ratio <= 1:
+        raise ComposeError(f"hot_ratio must be in (0, 1], got {hot_ratio!r}")
+    if hot_ratio == 1.0:
+        return Precision()
+    return dataclasses.replace(Precision(), kv_bytes=KV_ELEMENT_BYTES * hot_ratio)
+
+
+@functools.lru_cache(maxsize=4096)
+def plan(mode: str, model, gpu: str, input_tokens: float, output_tokens: float, ttft_slo_s: float,
+         tpot_slo_s: float, budget: int, kv_hot_ratio: float, transfer_overhead: float) -> search.Plan:
+    """Chapter 3's best plan (memoised in the process)."""
+    return search.best_plan(mode, model, search.Workload(input_tokens, output_tokens),
+                            search.SLO(ttft_slo_s, tpot_slo_s), hardware(gpu, transfer_overhead),
+                            budget=int(budget), prec=precision(kv_hot_ratio))
+
+
+def _instance_gpus(unit: dict) -> int:
+    return int(unit["size"] if "size" in unit else unit["n_a"])
+
+
+@functools.lru_cache(maxsize=4096)
+def _tier_list(layout: str, d: _tiers.Deployment):
+    return _tiers.build_tiers(layout, d)
+
+
+@functools.lru_cache(maxsize=4096)
+def _tier_deployment(d: _tiers.Deployment, model, gpu: str, tp: int) -> _tiers.Deployment:
+    return d.replace(model=model, gpu=gpu, tp=int(tp), kv_dtype="bf16")
+
+
+def tier_deployment(s: Scenario, tp: int) -> _tiers.Deployment:
+    """Chapter 2's tier deployment of the scenario's prices and devices on an instance of ``tp``
+    GPUs of the scenario's model and GPU."""
+    return _tier_deployment(s.tiers, s.model, s.gpu, int(tp))
+
+
+def prefill_ratio(s: Scenario, tiers, tp: int, reuse: ReuseCurve) -> tuple[float, float]:
+    """(prefill service time with the realised prefix hits / without, realised hit rate)."""
+    if s.hit_rate == 0:
+        return 1.0, 0.0
+    sig = tuple((t.capacity_tokens, t.bandwidth, t.bytes_per_token, t.latency_s) for t in tiers)
+    return _prefill_ratio(s.model, s.gpu, float(s.input_tokens), float(s.hit_rate), sig, int(tp),
+                          float(s.tiers.compute_eff), reuse)
+
+
+@functools.lru_cache(maxsize=65536)
+def _prefill_ratio(model, gpu, I, hit_rate, sig, tp, compute_eff, reuse):
+    edges = np.cumsum([c for c, *_ in sig])
+    frac = reuse.at(edges, I)
+    per_tier = hit_rate * np.diff(np.concatenate([[0.0], frac])) * I  # hit tokens served by each tier
+    H = min(float(per_tier.sum()), I - 1.0)
+    if H <= 0:
+        return 1.0, 0.0
+    c0 = roofline.prefill_time(model, gpu, I, 0, n_gpus=tp, compute_eff=compute_eff)
+    ch = roofline.prefill_time(model, gpu, I - H, H, n_gpus=tp, compute_eff=compute_eff)
+    load = sum(h * bpt / bw + lat for h, (_, bw, bpt, lat) in zip(per_tier, sig) if h > 0 and math.isfinite(bw))
+    svc = max(ch, load) + min(ch, load) / _model(model).n_layers  # chapter 2's layer-wise overlap
+    return svc / c0, H / I
+
+
+def evaluate(s: Scenario, reuse: ReuseCurve | None = None) -> Result:
+    """Cost per million tokens (input + output), latencies and SLO check of one scenario."""
+    s.validate()
+    pol = s.policy
+    if pol.needs_cold_tier and s.layout == "hbm":
+        return Result(False, f"{pol.label} keeps exact copies off the device: it needs a layout with an off-HBM tier")
+    p = plan(s.mode, s.model, s.gpu, float(s.input_tokens), float(s.output_tokens), float(s.ttft_slo_s),
+             float(s.tpot_slo_s), int(s.budget_devices), float(pol.hot_ratio), float(s.transfer_overhead))
+    if not p.feasible:
+        return Result(False, f"chapter 3: {p.reason}")
+    I, O = float(s.input_tokens), float(s.output_tokens)
+    units = {u["unit"]: dict(u) for u in p.units}
+    up, ud = units[PREFILL_UNIT[s.mode]], units[DECODE_UNIT[s.mode]]
+    # 2. prefix reuse through the layout's tiers on the prefill instances
+    tp_p = _instance_gpus(up)
+    tiers = _tier_list(s.layout, tier_deployment(s, tp_p))
+    if s.hit_rate > 0 and reuse is None:
+        reuse = reuse_curve_from_trace()
+    r, h_real = prefill_ratio(s, tiers, tp_p, reuse) if s.hit_rate > 0 else (1.0, 0.0)
+    ttft = p.ttft_s * r
+    if s.mode == "C":
+        B, K, x, tpot = up["batch"], up["chunk"], up["interference"], up["tpot"]
+        f = B * I / (O * K)
+        t_dec = tpot / (f * x + 1 - f)
+        share = f * (x - 1) * t_dec / tpot          # prefill share of the colocated device time
+        factor = 1 - share + share * r
+        up["dev_per_rate"] *= factor
+        up["tpot"] = tpot * factor
+    else:
+        up["dev_per_rate"] *= r
+    # 3. recall traffic and cold copies of the policy, in the slowest tier of the layout
+    recall_s = cold_usd_per_req = 0.0
+    tpot_new = ud["tpot"]
+    if pol.needs_cold_tier:
+        cold = _tier_list(s.layout, tier_deployment(s, _instance_gpus(ud)))[-1]
+        kv_seq = kv.kv_bytes(s.model, I + O / 2.0, 1, "bf16")
+        B = ud["batch"]
+        recall_s = B * pol.recall_ratio_per_step * kv_seq * (cold.bytes_per_token / kv.kv_bytes_per_token_all_layers(
+            s.model, "bf16")) / cold.bandwidth
+        tpot_new = ud["tpot"] + recall_s
+        ud["dev_per_rate"] *= tpot_new / ud["tpot"]
+        cold_bytes_seq = pol.cold_ratio * kv_seq * cold.bytes_per_token / kv.kv_bytes_per_token_all_layers(s.model, "bf16")
+        cap_bytes = cold.capacity_tokens * cold.bytes_per_token
+        if B * cold_bytes_seq > cap_bytes:
+            return Result(False, f"cold copies of {B:.0f} sequences ({B * cold_bytes_seq / 1e9:.0f} GB) exceed the "
+                                 f"{cold.name} tier ({cap_bytes / 1e9:.0f} GB)")
+        cold_usd_per_req = cold.usd_per_s / cap_bytes * cold_bytes_seq * O * tpot_new
+        ud["tpot"] = tpot_new
+    tpot = max(u["tpot"] for u in units.values() if "tpot" in u)
+    # 4. cost
+    gpu_s = _tiers.gpu_usd_per_s(tier_deployment(s, tp_p), s.gpu_cost_basis, s.gpu_rent_usd_per_s)
+    dev_s = sum(u["dev_per_rate"] for u in units.values())
+    tier_usd_s = sum(t.usd_per_s for t in tiers)
+    gpu_usd = dev_s * gpu_s
+    tier_usd = up["dev_per_rate"] / tp_p * tier_usd_s
+    per_m = 1e6 / (I + O)
+    meets = bool(ttft <= s.ttft_slo_s * (1 + 1e-12) and tpot <= s.tpot_slo_s * (1 + 1e-12))
+    usd = (gpu_usd + tier_usd + cold_usd_per_req) * per_m
+    reason = "" if meets else (f"SLO missed after the tier loads / recalls: TTFT {ttft:.3g} s (SLO {s.ttft_slo_s:g}), "
+                               f"TPOT {tpot * 1e3:.3g} ms (SLO {s.tpot_slo_s * 1e3:g})")
+    return Result(meets, reason, usd, gpu_usd * per_m, tier_usd * per_m, cold_usd_per_req * per_m,
+                  ttft, tpot, meets, h_real, r, recall_s, O / dev_s, p.tokens_per_s_per_device)
