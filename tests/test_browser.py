@@ -163,8 +163,8 @@ def test_chapter_opens_with_what_it_shows_and_its_parameters(browser, base_url, 
     r = visit(browser, base_url, screenshots, docname)
     intro = r["introText"]
     problems = []
-    if not re.search(r"what (it|this chapter) shows", intro, re.I):
-        problems.append("no 'What it shows' paragraph before the first section")
+    if not re.search(r"what (it|this chapter) (shows|does)", intro, re.I):
+        problems.append("no 'What it shows' (or 'What it does') paragraph before the first section")
     if not re.search(r"parameters", intro, re.I):
         problems.append("no 'Parameters' paragraph before the first section")
     if not r["introHasParamCell"]:

@@ -74,10 +74,24 @@ def _literal_strings(node: ast.AST) -> list[str]:
     return []
 
 
-def colour_problems(code: str, named: set[str]) -> list[str]:
-    """Where a piece of chapter code chooses its own colours (empty when it uses analysis.plots)."""
-    code = "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in code.splitlines())
-    tree = ast.parse(code)
+def _parse_cell(code: str) -> ast.AST:
+    return ast.parse("\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in code.splitlines()))
+
+
+def names_from_plots(cells: list[str]) -> set[str]:
+    """Variables a chapter builds from analysis.plots (``pal = dict(zip(order, plots.PALETTE))``)."""
+    out = set()
+    for code in cells:
+        for node in ast.walk(_parse_cell(code)):
+            if isinstance(node, ast.Assign) and _mentions_plots(node.value):
+                out |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return out
+
+
+def colour_problems(code: str, named: set[str], from_plots: set[str] = frozenset()) -> list[str]:
+    """Where a piece of chapter code chooses its own colours (empty when it uses analysis.plots);
+    ``from_plots``: names the chapter assigned from analysis.plots, accepted as palettes/maps."""
+    tree = _parse_cell(code)
     out = []
     for node in ast.walk(tree):
         line = getattr(node, "lineno", "?")
@@ -87,7 +101,8 @@ def colour_problems(code: str, named: set[str]) -> list[str]:
             if tail in FORBIDDEN_CALLS:
                 out.append(f"line {line}: {name}(...) sets a palette/theme of its own; use analysis.plots")
             for kw in node.keywords:
-                if kw.arg in MAP_KEYWORDS and not _mentions_plots(kw.value):
+                if kw.arg in MAP_KEYWORDS and not _mentions_plots(kw.value) and not (
+                        isinstance(kw.value, ast.Name) and kw.value.id in from_plots):
                     out.append(f"line {line}: {kw.arg}={ast.unparse(kw.value)} is not from analysis.plots "
                                f"(plots.SEQUENTIAL, plots.DIVERGING, plots.PALETTE)")
                 if kw.arg in COLOUR_KEYWORDS:
@@ -125,15 +140,21 @@ def test_colour_rule_catches_own_colours():
             'ax.fill_between(x, y, color="grey", alpha=0.1)\nax.scatter(x, y, edgecolors="0.3")\n'
             'ax.scatter(x, y, c=[rc[r] for r in d["ratio"]])\n')
     assert colour_problems(good, named) == []
+    cells = ["pal = dict(zip(order, plots.PALETTE * 2))\nmine = ['red', 'blue']", "sns.lineplot(d, palette=pal)",
+             "sns.lineplot(d, palette=mine)"]
+    from_plots = names_from_plots(cells)
+    assert colour_problems(cells[1], named, from_plots) == []
+    assert colour_problems(cells[2], named, from_plots), "a palette of the chapter's own passed"
 
 
 @pytest.mark.parametrize("docname", CHAPTERS)
 def test_chapter_uses_the_books_palette(docname):
     named = _named_colours()
     cells = _code_cells(docname)
+    from_plots = names_from_plots(cells)
     problems = []
     for i, src in enumerate(cells):
-        problems += [f"code cell {i + 1}, {p}" for p in colour_problems(src, named)]
+        problems += [f"code cell {i + 1}, {p}" for p in colour_problems(src, named, from_plots)]
     if not any(re.search(r"\bplots\.setup\(", src) for src in cells):
         problems.append("never calls plots.setup() (the book's theme and colour-blind palette)")
     assert not problems, f"{docname}.md:\n  " + "\n  ".join(problems)
@@ -185,3 +206,22 @@ def test_links_page_lists_every_external_link():
     stale = listed - set(used)
     assert not missing, f"external links used but not in the links table of book/links.html: {missing}"
     assert not stale, f"links in the table that no page uses: {sorted(stale)}"
+
+
+# --------------------------------------------------------------------------- time and memory table
+def test_appendix_lists_time_and_memory_of_every_chapter():
+    """The appendix's measured table (data/chapter_resources.csv) has a row for every chapter of the
+    toc: its measured cold/warm time and peak memory, or an explicit 'not measured yet'."""
+    site = bh.SITE
+    if not (site / "index.html").is_file():
+        pytest.skip(f"{site} is absent: build the book first (python -m analysis.build)")
+    page = (site / "book" / "appendix_reproduce.html").read_text(encoding="utf-8")
+    i = page.find('id="time-and-memory-per-chapter"')
+    assert i >= 0, "appendix_reproduce.html has no section 'Time and memory per chapter'"
+    section = re.sub(r"<[^>]+>", " ", page[i:])
+    rows = {}
+    for ch in (d.split("/")[-1] for d in CHAPTERS):
+        m = re.search(rf"{re.escape(ch)}\s+(not measured yet|[\d,.]+ s\s+[\d.]+ [kMG]B\s+[\d,.]+ s\s+[\d.]+ [kMG]B)", section)
+        rows[ch] = m.group(1) if m else None
+    missing = [ch for ch, r in rows.items() if r is None]
+    assert not missing, f"chapters without a row (time and memory, or 'not measured yet') in the appendix: {missing}"
