@@ -182,3 +182,22 @@ def test_any_path_in_same_format(tmp_path):
     assert tr.block_tokens.tolist() == [512, 88, 512, 512, 76]
     hc = lru_hit_curve(tr)
     assert hc.token_hits(10) == 512 + 512 and hc.block_hits(10) == 2
+
+
+# ------------------------------------------------------------------------------ property test
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 12), min_size=1, max_size=6), min_size=1, max_size=25),
+       st.integers(0, 20))
+def test_one_pass_equals_reference_property(reqs, cap):
+    """Arbitrary block lists (repeats and shared ids anywhere, not only prefix trees)."""
+    objs = [{"timestamp": 0, "input_length": 512 * len(r), "output_length": 1, "hash_ids": r} for r in reqs]
+    tr = from_requests(objs)
+    hc = lru_hit_curve(tr)
+    toks = [[512] * len(r) for r in reqs]
+    hb, ht = lru_prefix_hits(reqs, cap, toks)
+    assert (hc.block_hits(cap), hc.token_hits(cap)) == (hb, ht)
+    assert hc.per_request_hit_tokens(cap).sum() == ht

@@ -172,6 +172,8 @@ def resolve(source: str | os.PathLike) -> Path:
     if s in data.registry():
         return data.path(s)  # raises DataError saying where to obtain it
     p = Path(s).expanduser()
+    if not p.is_file() and not p.is_absolute() and (data.REPO_ROOT / p).is_file():
+        p = data.REPO_ROOT / p  # a relative path from the repository root (chapters run in book/)
     if not p.is_file():
         entry = data.registry().get("mooncake_conversation", {})
         raise TraceError(
