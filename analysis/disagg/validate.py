@@ -12,8 +12,8 @@ finish together, so the engine sees *waves*: all ``A`` prompts are prefilled in 
 wave a request's first token comes on average after half the wave prefill, and its decoding waits for
 the rest of the wave (``TTFT_wave = (W + t_req)/2``, ``TPOT_wave = t_dec + (W - TTFT)/(osl - 1)``).
 Fully desynchronised clients would instead see steady chunked prefill (``TTFT_steady`` a few mixed
-iterations, ``TPOT_steady`` the mean iteration). The prediction mixes the two with a synchronisation
-weight ``sync`` (fitted). Clients beyond ``A`` queue: ``TTFT += (c - A) / X`` with ``X = A / cycle``
+iterations, ``TPOT_steady`` the mean iteration). The prediction mixes the two with a per-backend
+synchronisation weight ``sync`` (fitted; prefill-first schedulers keep more of the wave). Clients beyond ``A`` queue: ``TTFT += (c - A) / X`` with ``X = A / cycle``
 (Little's law).
 
 **Disaggregated (``disagg``).** Prefill workers serve a FIFO queue (``W_p`` workers, ``pbs`` prompts
@@ -21,8 +21,8 @@ per pass per DP rank, service rate ``mu_p``); the KV cache moves over the prefil
 (layer-wise overlapped); decode workers run continuous batching. Throughput ``X`` solves the closed
 loop ``X = min(mu_p, c / (t_p + x + (osl-1) t_dec(A_d)), decode limit)`` with ``A_d`` the decode
 concurrency it implies (fixed-point), and ``TTFT = c / X - (osl-1) t_dec`` (Little's law), mixed
-with the wave value by ``sync_disagg``. Rows that do not give worker counts are predicted with one
-worker per stage and flagged (``assumed_workers``).
+with the wave value by ``sync_disagg``. Rows that do not give worker counts cannot be predicted
+(listed); ``load_rows(assume_workers=True)`` predicts them with one worker per stage as a sensitivity.
 
 Rows whose model is not in ``data/models.csv`` or that lack the concurrency or parallel sizes are
 *listed*, never dropped silently (:func:`load_rows` returns them with a ``skip_reason``).
@@ -60,8 +60,20 @@ SYSTEMS = tuple(SYSTEM_MAP)
 BACKENDS = ("trtllm", "sglang", "vllm")
 
 
-def _num(df, col, default=np.nan):
-    return pd.to_numeric(df[col], errors="coerce").fillna(default).to_numpy(float) if col in df else np.full(len(df), default)
+NUMERIC = ("isl", "osl", "concurrency", "tp_size", "attention_dp_size", "batch_size", "prefill_tp_size",
+           "prefill_attention_dp_size", "decode_tp_size", "decode_attention_dp_size", "prefill_num_workers",
+           "decode_num_workers", "prefill_batch_size", "decode_batch_size")
+
+
+def _num(g, col, default=np.nan):
+    """A numeric column of a prepared group (dict of arrays) with missing values set to ``default``."""
+    v = g[col]
+    return np.where(np.isnan(v), default, v)
+
+
+def _bk(d: dict, g):
+    """Per-row value of a per-backend calibration entry."""
+    return np.array([d[b] for b in BACKENDS])[g["be_idx"]]
 
 
 def _deg(df, col):
@@ -123,7 +135,8 @@ def load_rows(assume_workers: bool = False) -> pd.DataFrame:
 
 @dataclass
 class Calibration:
-    """Fitted constants: per-system compute/bandwidth efficiency; per-backend step overhead, fixed
+    """Fitted constants: per-system compute/bandwidth efficiency; per-backend step and per-layer
+    launch overhead, fixed
     per-request TTFT overhead (HTTP, tokenisation, scheduling) and wave-synchronisation weight (how
     much of the benchmark's first-wave burst the backend's scheduler keeps: prefill-first schedulers
     keep more); one synchronisation weight for disaggregated runs. Defaults = uncalibrated model."""
@@ -134,49 +147,67 @@ class Calibration:
     ttft_overhead_s: dict = field(default_factory=lambda: {b: 0.0 for b in BACKENDS})
     sync: dict = field(default_factory=lambda: {b: 0.5 for b in BACKENDS})
     sync_disagg: float = 0.5
-    chunk_tokens: float = 8192.0
+    chunk_tokens: dict = field(default_factory=lambda: {b: 8192.0 for b in BACKENDS})
+    layer_overhead_s: dict = field(default_factory=lambda: {b: 2e-5 for b in BACKENDS})
 
     def vector(self):
         return np.r_[[self.compute[s] for s in SYSTEMS], [self.bandwidth[s] for s in SYSTEMS],
                      [self.step_overhead_s[b] for b in BACKENDS], [self.ttft_overhead_s[b] for b in BACKENDS],
-                     [self.sync[b] for b in BACKENDS], self.sync_disagg]
+                     [self.sync[b] for b in BACKENDS], self.sync_disagg,
+                     [self.layer_overhead_s[b] for b in BACKENDS],
+                     [np.log2(self.chunk_tokens[b]) for b in BACKENDS]]
 
     @staticmethod
     def bounds():
         n, k = len(SYSTEMS), len(BACKENDS)
-        lo = np.r_[[0.05] * (2 * n), [0.0] * k, [0.0] * k, [0.0] * k, 0.0]
-        hi = np.r_[[1.0] * (2 * n), [0.02] * k, [0.5] * k, [1.0] * k, 1.0]
+        lo = np.r_[[0.05] * (2 * n), [0.0] * k, [0.0] * k, [0.0] * k, 0.0, [0.0] * k, [11.0] * k]
+        hi = np.r_[[1.0] * (2 * n), [0.02] * k, [0.5] * k, [1.0] * k, 1.0, [2e-4] * k, [15.0] * k]
         return lo, hi
 
     @classmethod
-    def from_vector(cls, v, chunk_tokens=8192.0):
+    def from_vector(cls, v):
         n, k = len(SYSTEMS), len(BACKENDS)
         v = [float(x) for x in v]
         return cls(dict(zip(SYSTEMS, v[:n])), dict(zip(SYSTEMS, v[n:2 * n])),
                    dict(zip(BACKENDS, v[2 * n:2 * n + k])), dict(zip(BACKENDS, v[2 * n + k:2 * n + 2 * k])),
-                   dict(zip(BACKENDS, v[2 * n + 2 * k:2 * n + 3 * k])), v[-1], chunk_tokens)
+                   dict(zip(BACKENDS, v[2 * n + 2 * k:2 * n + 3 * k])), v[2 * n + 3 * k],
+                   {b: 2.0 ** x for b, x in zip(BACKENDS, v[2 * n + 4 * k + 1:2 * n + 5 * k + 1])},
+                   dict(zip(BACKENDS, v[2 * n + 3 * k + 1:2 * n + 4 * k + 1])))
 
 
-def _row_arrays(g: pd.DataFrame, cal: Calibration, base: Efficiency, net_bw: float):
-    sysn = g["system"].to_numpy()
-    eff = Efficiency(
-        compute=np.array([cal.compute[s] for s in sysn]), bandwidth=np.array([cal.bandwidth[s] for s in sysn]),
-        link=base.link, step_overhead_s=np.array([cal.step_overhead_s[b] for b in g["backend"]]),
-        layer_overhead_s=base.layer_overhead_s, collective_latency_s=base.collective_latency_s,
-        moe_imbalance=base.moe_imbalance, mem_reserve=base.mem_reserve)
-    is_moe = specs.model(g["model"].iloc[0]).is_moe
-    qcol = "moe_quant_mode" if is_moe else "gemm_quant_mode"
-    wb = np.array([QUANT[q][0] for q in g[qcol]])
-    comp = [QUANT[q][1] for q in g["gemm_quant_mode"]]
-    # KV cache in fp8 for fp8/fp4 runs (the serving recipes of these runs set it), bf16 otherwise
-    fp8kv = np.isin(g["gemm_quant_mode"].to_numpy(), ["fp8", "fp8_block", "nvfp4"])
-    prec = Precision(weight_bytes=wb, kv_bytes=np.where(fp8kv, 1.0, 2.0), act_bytes=2.0, compute="bf16")
-    hws = [specs.gpu(h) for h in g["hardware"]]
-    dev = {"flops": np.array([hw.flops(c) for hw, c in zip(hws, comp)]),
-           "attn_flops": np.array([hw.flops("bf16") for hw in hws]),
-           "bw": np.array([hw["hbm_bandwidth"] for hw in hws]), "cap": np.array([hw["hbm_capacity"] for hw in hws]),
-           "link": np.array([hw["nvlink_bandwidth"] / 2 for hw in hws]), "net": np.full(len(g), float(net_bw))}
-    return eff, prec, dev
+def _prepare(rows: pd.DataFrame, net_bw: float) -> list:
+    """Everything of the predictable rows that does not depend on the calibration, grouped by
+    (model, mode) as numpy arrays (so that a calibration fit re-evaluates only arithmetic)."""
+    out = []
+    ok = rows[rows["skip_reason"] == ""]
+    for (model, mode), g in ok.groupby(["model", "mode"], sort=True):
+        s = costs.shape(model)
+        cols = {c: pd.to_numeric(g[c], errors="coerce").to_numpy(float) for c in NUMERIC}
+        cols["sys_idx"] = np.array([SYSTEMS.index(x) for x in g["system"]])
+        cols["be_idx"] = np.array([BACKENDS.index(x) for x in g["backend"]])
+        qcol = "moe_quant_mode" if s.n_moe else "gemm_quant_mode"
+        wb = np.array([QUANT[q][0] for q in g[qcol]])
+        comp = [QUANT[q][1] for q in g["gemm_quant_mode"]]
+        # KV cache in fp8 for fp8/fp4 runs (the serving recipes of these runs set it), bf16 otherwise
+        fp8kv = np.isin(g["gemm_quant_mode"].to_numpy(), ["fp8", "fp8_block", "nvfp4"])
+        prec = Precision(weight_bytes=wb, kv_bytes=np.where(fp8kv, 1.0, 2.0), act_bytes=2.0, compute="bf16")
+        hwc = {h: specs.gpu(h) for h in set(g["hardware"])}
+        hws = [hwc[h] for h in g["hardware"]]
+        dev = {"flops": np.array([hw.flops(c) for hw, c in zip(hws, comp)]),
+               "attn_flops": np.array([hw.flops("bf16") for hw in hws]),
+               "bw": np.array([hw["hbm_bandwidth"] for hw in hws]), "cap": np.array([hw["hbm_capacity"] for hw in hws]),
+               "link": np.array([hw["nvlink_bandwidth"] / 2 for hw in hws]), "net": np.full(len(g), float(net_bw))}
+        out.append({"model": model, "mode": mode, "shape": s, "index": g.index, "cols": cols, "prec": prec,
+                    "dev": dev})
+    return out
+
+
+def _eff(g, cal: Calibration, base: Efficiency) -> Efficiency:
+    return Efficiency(
+        compute=np.array([cal.compute[s] for s in SYSTEMS])[g["sys_idx"]],
+        bandwidth=np.array([cal.bandwidth[s] for s in SYSTEMS])[g["sys_idx"]],
+        link=base.link, step_overhead_s=_bk(cal.step_overhead_s, g), layer_overhead_s=_bk(cal.layer_overhead_s, g),
+        collective_latency_s=base.collective_latency_s, moe_imbalance=base.moe_imbalance, mem_reserve=base.mem_reserve)
 
 
 def _agg(s, g, eff, prec, dev, cal):
@@ -192,8 +223,9 @@ def _agg(s, g, eff, prec, dev, cal):
     ctx = I + O / 2
     run = lambda **kw: costs.colocated_pass_time(s, prec, eff, dev, tp=tp, dp=dp, **kw)
     t_dec = run(dec_seqs=A, dec_ctx=ctx)
-    K = cal.chunk_tokens * dp
-    pl = np.minimum(cal.chunk_tokens, I)
+    chunk = _bk(cal.chunk_tokens, g)
+    K = chunk * dp
+    pl = np.minimum(chunk, I)
     ps = np.minimum(A, K / pl)
     pp = np.where(pl < I, (I - pl) / 2, 0.0)
     t_chunk = run(pre_seqs=ps, pre_len=pl, pre_prefix=pp)
@@ -209,13 +241,13 @@ def _agg(s, g, eff, prec, dev, cal):
     # prefill-bound when the chunks cannot keep up: X_s = min(decode rate, prefill rate); Little's law
     X_s = np.minimum(A / (O * tpot_s), ps * pl / (I * t_mix))
     ttft_s = np.maximum(np.ceil(I / pl) * t_mix + t_dec / 2, A / X_s - (O - 1) * tpot_s)
-    sync = np.array([cal.sync[b] for b in g["backend"]])
+    sync = _bk(cal.sync, g)
     ttft = sync * ttft_w + (1 - sync) * ttft_s
     tpot = sync * tpot_w + (1 - sync) * tpot_s
     cycle = ttft + (O - 1) * tpot
     X = A / cycle
     ttft = ttft + np.maximum(c - A, 0) / X
-    return ttft + np.array([cal.ttft_overhead_s[b] for b in g["backend"]]), tpot
+    return ttft + _bk(cal.ttft_overhead_s, g), tpot
 
 
 def _disagg(s, g, eff, prec, dev, cal):
@@ -246,23 +278,32 @@ def _disagg(s, g, eff, prec, dev, cal):
     rounds = np.ceil(c / (Wp * pseqs))
     ttft_w = (rounds + 1) / 2 * t_p + exposed
     ttft = cal.sync_disagg * ttft_w + (1 - cal.sync_disagg) * ttft_s
-    return ttft + np.array([cal.ttft_overhead_s[b] for b in g["backend"]]), t_dec
+    return ttft + _bk(cal.ttft_overhead_s, g), t_dec
+
+
+def _predict_arrays(groups, cal: Calibration, base: Efficiency):
+    out = []
+    for G in groups:
+        g = G["cols"]
+        eff = _eff(g, cal, base)
+        ttft, tpot = (_agg if G["mode"] == "agg" else _disagg)(G["shape"], g, eff, G["prec"], G["dev"], cal)
+        out.append((G["index"], ttft, tpot))
+    return out
 
 
 def predict(rows: pd.DataFrame, cal: Calibration | None = None, *, base: Efficiency = Efficiency(),
-            net_bw: float = 50e9) -> pd.DataFrame:
+            net_bw: float = 50e9, _groups=None) -> pd.DataFrame:
     """Predicted ``pred_ttft_ms`` / ``pred_tpot_ms`` for every predictable row (others NaN)."""
     cal = cal or Calibration()
     out = rows.copy()
-    out["pred_ttft_ms"] = np.nan
-    out["pred_tpot_ms"] = np.nan
-    ok = out["skip_reason"] == ""
-    for (model, mode), g in out[ok].groupby(["model", "mode"], sort=True):
-        s = costs.shape(model)
-        eff, prec, dev = _row_arrays(g, cal, base, net_bw)
-        ttft, tpot = (_agg if mode == "agg" else _disagg)(s, g, eff, prec, dev, cal)
-        out.loc[g.index, "pred_ttft_ms"] = ttft * 1e3
-        out.loc[g.index, "pred_tpot_ms"] = tpot * 1e3
+    ttft_all = np.full(len(out), np.nan)
+    tpot_all = np.full(len(out), np.nan)
+    pos = pd.Series(np.arange(len(out)), index=out.index)
+    for idx, ttft, tpot in _predict_arrays(_groups or _prepare(rows, net_bw), cal, base):
+        ttft_all[pos[idx].to_numpy()] = ttft * 1e3
+        tpot_all[pos[idx].to_numpy()] = tpot * 1e3
+    out["pred_ttft_ms"] = ttft_all
+    out["pred_tpot_ms"] = tpot_all
     out["err_ttft"] = out["pred_ttft_ms"] / out["silicon_ttft_ms"] - 1
     out["err_tpot"] = out["pred_tpot_ms"] / out["silicon_tpot_ms"] - 1
     return out
@@ -277,9 +318,18 @@ def fit(rows: pd.DataFrame, *, split="train", max_nfev=60, **kw) -> Calibration:
     x0 = Calibration().vector()
     lo, hi = Calibration.bounds()
 
+    groups = _prepare(r, kw.get("net_bw", 50e9))
+    base = kw.get("base", Efficiency())
+    meas = {id(G): (r.loc[G["index"], "silicon_ttft_ms"].to_numpy() / 1e3,
+                    r.loc[G["index"], "silicon_tpot_ms"].to_numpy() / 1e3) for G in groups}
+
     def resid(v):
-        p = predict(r, Calibration.from_vector(v), **kw)
-        e = np.r_[np.log(p["pred_ttft_ms"] / p["silicon_ttft_ms"]), np.log(p["pred_tpot_ms"] / p["silicon_tpot_ms"])]
+        cal = Calibration.from_vector(v)
+        parts = []
+        for G, (_, ttft, tpot) in zip(groups, _predict_arrays(groups, cal, base)):
+            mt, mp = meas[id(G)]
+            parts += [np.log(ttft / mt), np.log(tpot / mp)]
+        e = np.concatenate(parts)
         return np.nan_to_num(e, nan=5.0, posinf=5.0, neginf=-5.0)
 
     res = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.3, max_nfev=max_nfev,
