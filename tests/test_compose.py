@@ -1,4 +1,6 @@
 """Chapter 5's composition: consistency with chapters 2-3, monotonicity, clear errors."""
+import math
+
 import numpy as np
 import pytest
 
@@ -222,3 +224,30 @@ def test_chapter_schema_rejects_bad_parameters():
         params.validate(sch, {"modes": ["AF"]}, partial=True)
     with pytest.raises(params.ParameterError, match="kv_policies"):
         params.validate(sch, {"kv_policies": ["lru"]}, partial=True)
+
+
+def test_fidelity_floor_needs_both_top1_and_perplexity():
+    f = decide.FidelityFloor(0.9, 0.05)
+    assert f.admits(KVPolicy.full())
+    assert f.admits(KVPolicy("kivi4", 0.5, hot_ratio=0.5, top1=0.95, ppl_change=0.01))
+    assert not f.admits(KVPolicy("kivi2", 0.5, hot_ratio=0.5, top1=0.95, ppl_change=0.2))
+    assert not f.admits(KVPolicy("snapkv", 0.5, hot_ratio=0.5, top1=0.85, ppl_change=0.0))
+    with pytest.raises(ComposeError, match="top1"):
+        decide.FidelityFloor(1.5, 0.05)
+    with pytest.raises(ComposeError, match="fidelity floor"):
+        decide.evaluate_options(BASE, decide.options(["hbm"], [KVPolicy.full()], ["C"]), REUSE, "high")
+
+
+def test_findings_and_sentences_never_print_nan():
+    opts = decide.options(["hbm", "nvme"], [KVPolicy.full(), KIVI], ["C", "PD"])
+    cells, _ = decide.decision_map(BASE, [4096, 16384], [0.0, 0.6], [1.0], opts, REUSE, decide.FidelityFloor())
+    F = decide.map_findings(cells)
+    assert F["n_cells"] == 4 and 0 <= F["share_off_hbm"] <= 1
+    assert "nan" not in F["hbm_max_hit_text"] and "nan" not in F["top_offhbm_layout"]
+    df = decide.sweep(BASE.replace(hit_rate=0.6), [0.5, 4.0], lambda b, v: decide.tiers_scaled(
+        b, nvme_usd_per_byte=v), opts, REUSE, decide.FidelityFloor())
+    text = decide.describe_sweep(df)
+    assert "cheapest option" in text and "nan" not in text
+    none = decide.sweep(BASE, [1.0], lambda b, v: b.replace(tpot_slo_s=1e-6), opts, REUSE, decide.FidelityFloor())
+    assert decide.describe_sweep(none) == "no option is admissible at any value"
+    assert math.isnan(decide.group_change(none, ["PD"]))

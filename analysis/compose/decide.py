@@ -40,18 +40,45 @@ def options(layouts, policies, modes) -> list[Option]:
     return [Option(l, p, m) for l, p, m in itertools.product(layouts, policies, modes)]
 
 
-def admissible(policy: KVPolicy, fidelity_floor_top1: float) -> bool:
-    """A policy passes the fidelity floor when its top-1 agreement with the full cache reaches it."""
-    return policy.name == "full" or policy.top1 >= fidelity_floor_top1
+@dataclass(frozen=True)
+class FidelityFloor:
+    """A policy is admissible when its top-1 agreement with the full cache is at least ``top1``
+    and its perplexity rises by at most ``max_ppl_change`` (relative)."""
+
+    top1: float = 0.9
+    max_ppl_change: float = 0.05
+
+    def __post_init__(self):
+        if not 0 <= self.top1 <= 1:
+            raise ComposeError(f"fidelity floor: top1 must be in [0, 1], got {self.top1!r}")
+        if not self.max_ppl_change >= 0:  # inf: no perplexity condition
+            raise ComposeError(f"fidelity floor: max_ppl_change must be >= 0, got {self.max_ppl_change!r}")
+
+    def admits(self, policy: KVPolicy) -> bool:
+        return policy.name == "full" or (policy.top1 >= self.top1 and policy.ppl_change <= self.max_ppl_change)
 
 
-def evaluate_options(base: Scenario, opts, reuse: ReuseCurve | None, fidelity_floor_top1: float) -> pd.DataFrame:
-    """One row per option: cost, SLO, fidelity and whether it is admissible."""
+def _floor(f) -> FidelityFloor:
+    if isinstance(f, FidelityFloor):
+        return f
+    if isinstance(f, (int, float)):
+        return FidelityFloor(float(f), math.inf)
+    raise ComposeError(f"fidelity floor must be a FidelityFloor or a top-1 agreement, got {f!r}")
+
+
+def admissible(policy: KVPolicy, floor) -> bool:
+    return _floor(floor).admits(policy)
+
+
+def evaluate_options(base: Scenario, opts, reuse: ReuseCurve | None, floor) -> pd.DataFrame:
+    """One row per option: cost, SLO, fidelity and whether it is admissible (feasible, SLOs met
+    and the policy above the fidelity floor)."""
+    floor = _floor(floor)
     rows = []
     for o in opts:
         s = base.replace(layout=o.layout, policy=o.policy, mode=o.mode)
         r = evaluate(s, reuse)
-        fid = admissible(o.policy, fidelity_floor_top1)
+        fid = floor.admits(o.policy)
         rows.append({"layout": o.layout, "policy": o.policy.label, "mode": o.mode, "option": o.label,
                      **r.as_dict(), "fidelity_ok": fid, "admissible": bool(r.feasible and fid),
                      "top1": o.policy.top1, "kl": o.policy.kl})
@@ -75,7 +102,7 @@ def ssd_priced(base: Scenario, factor: float) -> Scenario:
                                         ai_ssd_usd_per_byte=d.ai_ssd_usd_per_byte * factor))
 
 
-def decision_map(base: Scenario, contexts, hit_rates, ssd_price_factors, opts, reuse, fidelity_floor_top1):
+def decision_map(base: Scenario, contexts, hit_rates, ssd_price_factors, opts, reuse, floor):
     """(cells, all): ``cells`` has one row per (context, hit rate, SSD price factor) with the
     cheapest admissible option (NaN cost when none), the cheapest HBM-only option and the cheapest
     colocated option; ``all`` has every option of every cell."""
@@ -90,7 +117,7 @@ def decision_map(base: Scenario, contexts, hit_rates, ssd_price_factors, opts, r
                                   "layout": None, "policy": None, "mode": None, "usd_per_mtok": np.nan})
                 continue
             for h in hit_rates:
-                df = evaluate_options(bf.replace(input_tokens=I, hit_rate=h), opts, reuse, fidelity_floor_top1)
+                df = evaluate_options(bf.replace(input_tokens=I, hit_rate=h), opts, reuse, floor)
                 df = df.assign(context=I, hit_rate=h, ssd_price_factor=f)
                 every.append(df)
                 best = cheapest(df)
@@ -113,12 +140,12 @@ def decision_map(base: Scenario, contexts, hit_rates, ssd_price_factors, opts, r
     return pd.DataFrame(cells), (pd.concat(every, ignore_index=True) if every else pd.DataFrame())
 
 
-def sweep(base: Scenario, values, make, opts, reuse, fidelity_floor_top1, *, by: str = "layout") -> pd.DataFrame:
+def sweep(base: Scenario, values, make, opts, reuse, floor, *, by: str = "layout") -> pd.DataFrame:
     """For each ``v`` of ``values``: the cheapest admissible option of ``make(base, v)`` overall
     (``group = 'best'``) and per value of ``by`` (layout, mode or policy)."""
     rows = []
     for v in values:
-        df = evaluate_options(make(base, v), opts, reuse, fidelity_floor_top1)
+        df = evaluate_options(make(base, v), opts, reuse, floor)
         best = cheapest(df)
         rows.append({"value": v, "group": "best", "usd_per_mtok": np.nan if best is None else best["usd_per_mtok"],
                      "option": None if best is None else best["option"]})
@@ -198,3 +225,72 @@ def decode_throughput(model, context_tokens: float, output_tokens: float, gpu: s
     return {"feasible": True, "tokens_per_s_per_device": float(tput[i]), "batch": float(c["batch"][i]),
             "devices": float(c["devices"][i]), "tpot_s": float(c["tpot"][i]), "tpot_batch1_s": float(c["tpot"][j]),
             "batch1": float(c["batch"][j])}
+
+
+# --------------------------------------------------------------------------- findings, in words
+
+def _share(mask) -> float:
+    return float(np.mean(mask)) if len(mask) else math.nan
+
+
+def map_findings(cells: pd.DataFrame) -> dict:
+    """Shares and savings over the cells of a decision map that have an admissible option."""
+    ok = cells.dropna(subset=["usd_per_mtok"])
+    off = ok["layout"] != "hbm"
+    full = KVPolicy.full().label
+    out = {
+        "n_cells": len(ok), "n_cells_total": len(cells),
+        "share_off_hbm": _share(off), "share_compressed": _share(ok["policy"] != full),
+        "share_qevict": _share(ok["policy"].astype(str).str.startswith("qevict")),
+        "share_disagg": _share(ok["mode"] != "C"),
+        "tier_saving_median": float((1 - ok["usd_per_mtok"] / ok["hbm_only_usd_per_mtok"]).median()) if len(ok) else math.nan,
+        "tier_saving_max": float((1 - ok["usd_per_mtok"] / ok["hbm_only_usd_per_mtok"]).max()) if len(ok) else math.nan,
+        "total_saving_median": float((1 - ok["usd_per_mtok"] / ok["baseline_usd_per_mtok"]).median()) if len(ok) else math.nan,
+        "total_saving_max": float((1 - ok["usd_per_mtok"] / ok["baseline_usd_per_mtok"]).max()) if len(ok) else math.nan,
+        "disagg_saving_max": float((1 - ok["usd_per_mtok"] / ok["colocated_usd_per_mtok"]).max()) if len(ok) else math.nan,
+    }
+    pol = ok["policy"].value_counts()
+    out["top_policy"] = pol.index[0] if len(pol) else "no admissible option"
+    out["top_policy_share"] = float(pol.iloc[0] / len(ok)) if len(pol) else math.nan
+    lay = ok.loc[off, "layout"].value_counts()
+    out["top_offhbm_layout"] = LAYOUT_LABELS[lay.index[0]] if len(lay) else "no layout beyond HBM"
+    hbm = ok[~off]
+    if hbm.empty:
+        out["hbm_max_hit_text"] = "at no reuse level, not even without reuse"
+    elif hbm["hit_rate"].max() == 0:
+        out["hbm_max_hit_text"] = "only where requests share no prefix"
+    else:
+        out["hbm_max_hit_text"] = f"up to a reuse of {hbm['hit_rate'].max():.0%}"
+    return out
+
+
+def describe_sweep(df: pd.DataFrame, fmt=lambda v: f"{v:g}") -> str:
+    """How the overall cheapest option of a :func:`sweep` moves, in one sentence."""
+    b = df[df["group"] == "best"].reset_index(drop=True)
+    if b.empty or b["option"].isna().all():
+        return "no option is admissible at any value"
+    parts, prev = [], None
+    for _, r in b.iterrows():
+        o = r["option"] if isinstance(r["option"], str) else "no admissible option"
+        if o != prev:
+            cost = f" (${r['usd_per_mtok']:.3f})" if np.isfinite(r["usd_per_mtok"]) else ""
+            parts.append(f"{o}{cost} from {fmt(r['value'])}")
+            prev = o
+    if len(parts) == 1:
+        first, last = b.iloc[0], b.iloc[-1]
+        return (f"the cheapest option stays {prev}, its cost going from ${first['usd_per_mtok']:.3f} to "
+                f"${last['usd_per_mtok']:.3f}")
+    return "the cheapest option moves: " + "; then ".join(parts)
+
+
+def group_change(df: pd.DataFrame, groups) -> float:
+    """Relative change of the cheapest cost among ``groups`` from the first to the last value of a
+    sweep (inf when it becomes infeasible, nan when never feasible)."""
+    sub = df[df["group"].isin(list(groups))]
+    if sub.empty:
+        return math.nan
+    per = sub.groupby("value", sort=False)["usd_per_mtok"].min()
+    a, z = per.iloc[0], per.iloc[-1]
+    if not np.isfinite(a):
+        return math.nan
+    return math.inf if not np.isfinite(z) else float(z / a - 1)

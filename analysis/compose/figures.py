@@ -20,8 +20,32 @@ def short_policy(label: str) -> str:
     return SHORT_POLICY.get(name, name) + (f" {budget}" if budget else "")
 
 
-def layout_colors(layouts):
-    return {l: plots.PALETTE[i % len(plots.PALETTE)] for i, l in enumerate(layouts)}
+# one colour per tier layout in every figure of the chapter (distinct hues of the book's palette)
+LAYOUT_COLOR_INDEX = {"hbm": 0, "dram": 8, "cxl": 2, "nvme": 1, "qlc": 4, "ai_ssd": 9}
+LAYOUT_SHORT = {"hbm": "HBM", "dram": "DRAM", "cxl": "CXL", "nvme": "NVMe", "qlc": "QLC", "ai_ssd": "AI SSD"}
+
+
+def layout_colors(layouts=tuple(LAYOUT_COLOR_INDEX)):
+    return {l: plots.PALETTE[LAYOUT_COLOR_INDEX.get(l, 7) % len(plots.PALETTE)] for l in layouts}
+
+
+def _annotate_frontiers(ax, lay, n_rows, n_cols):
+    """Label each distinct frontier (from -> to layout) once, at its first edge."""
+    seen = set()
+    for i in range(n_rows):
+        for j in range(n_cols):
+            for di, dj in ((0, 1), (1, 0)):
+                i2, j2 = i + di, j + dj
+                if i2 >= n_rows or j2 >= n_cols or lay[i, j] == lay[i2, j2]:
+                    continue
+                a, b = lay[i, j], lay[i2, j2]
+                if a is None or b is None or (a, b) in seen:
+                    continue
+                seen.add((a, b))
+                x, y = (j + 0.5, i) if dj else (j, i + 0.5)
+                ax.annotate(f"{LAYOUT_SHORT.get(a, a)}→{LAYOUT_SHORT.get(b, b)}", (x, y), fontsize=6.5,
+                            ha="center", va="center", rotation=90 if dj else 0, fontweight="bold",
+                            bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="black", lw=0.6, alpha=0.9))
 
 
 def decision_map(cells, layouts, *, fmt_cost="${:.3f}"):
@@ -56,6 +80,7 @@ def decision_map(cells, layouts, *, fmt_cost="${:.3f}"):
                     ax.plot([j + 0.5, j + 0.5], [i - 0.5, i + 0.5], color="k", lw=2.2)
                 if i + 1 < len(ctxs) and lay[i, j] != lay[i + 1, j]:
                     ax.plot([j - 0.5, j + 0.5], [i + 0.5, i + 0.5], color="k", lw=2.2)
+        _annotate_frontiers(ax, lay, len(ctxs), len(hits))
         ax.set_xticks(range(len(hits)), [f"{h:.0%}" for h in hits])
         ax.set_yticks(range(len(ctxs)), [f"{c / 1024:g}K" for c in ctxs])
         ax.set_xlabel("reuse: hit rate with an unbounded cache")
@@ -70,15 +95,15 @@ def decision_map(cells, layouts, *, fmt_cost="${:.3f}"):
     return fig
 
 
-def sensitivity(ax, df, *, xlabel, title, logx=False, groups_label=None):
+def sensitivity(ax, df, *, xlabel, title, logx=False, groups_label=None, colors=None):
     """Lines of the cheapest cost per group (layout, mode, ...) against one input, the overall
-    cheapest as a thick black line."""
+    cheapest as a thick grey line. ``colors``: group -> colour (default: the palette in order)."""
     groups = [g for g in df["group"].unique() if g != "best"]
     for i, g in enumerate(groups):
         sub = df[df["group"] == g]
+        col = (colors or {}).get(g, plots.PALETTE[i % len(plots.PALETTE)])
         ax.plot(sub["value"], sub["usd_per_mtok"], marker=plots.MARKERS[i % len(plots.MARKERS)], ms=4, lw=1.2,
-                color=plots.PALETTE[i % len(plots.PALETTE)], ls=plots.LINESTYLES[(i // len(plots.PALETTE)) % 4],
-                label=(groups_label or {}).get(g, g))
+                color=col, label=(groups_label or {}).get(g, g))
     best = df[df["group"] == "best"]
     ax.plot(best["value"], best["usd_per_mtok"], color="k", lw=2.5, alpha=0.35, label="cheapest")
     if logx:
