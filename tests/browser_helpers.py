@@ -120,7 +120,7 @@ def start_chromium(profile_dir: Path):
     service = Service(executable_path=driver, log_output=os.devnull)
     drv = webdriver.Chrome(options=opts, service=service)
     drv.set_page_load_timeout(60)
-    drv.set_script_timeout(30)
+    drv.set_script_timeout(60)  # the page report waits up to 15 s for images and 15 s for MathJax
     return drv
 
 
