@@ -54,7 +54,9 @@ def glue(name: str, value, fmt: str | None = None) -> str:
     from IPython.display import display
 
     text = format_value(value, fmt)
-    display({GLUE_PREFIX + "text/plain": text}, raw=True,
+    # myst-nb passes text/plain through ast.literal_eval before formatting ("4,456" would become the
+    # tuple (4, 456)); storing the repr of the string makes literal_eval return the text unchanged.
+    display({GLUE_PREFIX + "text/plain": repr(text)}, raw=True,
             metadata={"scrapbook": {"name": name, "mime_prefix": GLUE_PREFIX},
                       "kvbook": {"name": name, "value": _jsonable(value), "text": text}})
     return text
