@@ -1,0 +1,225 @@
+"""Run every (policy, budget) stream on one document in lockstep and record what happens.
+
+One shared prefill of ``prefill_tokens`` tokens at full attention (attention reduced on the fly
+to per-window statistics), then ``decode_tokens`` teacher-forced decoding steps in which each
+stream reads its own compressed cache.  Stream 0 is the full cache (unless ``include_full`` is
+false), the reference for the
+next-token KL divergence, top-1 agreement and for the attention that defines Future Missed Mass.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import time
+from functools import lru_cache
+
+import numpy as np
+
+from .kvcache import EVICTED, FULL, MultiStreamCache
+from .policies import PolicyConfig, make_policy
+
+
+class PrefillCapture:
+    """Reduces prefill attention probabilities chunk by chunk to per-token column statistics."""
+
+    def __init__(self, n_layers, n_heads, P, obs_tokens):
+        self.P, self.obs = P, obs_tokens
+        self.colsum = np.zeros((n_layers, n_heads, P), np.float32)
+        self.obs_sum = np.zeros((n_layers, n_heads, P), np.float32)
+        self.last = np.zeros((n_layers, n_heads, P), np.float32)
+
+    def on_attention(self, li, s, probs):  # probs (H, n, e), e = s + n
+        n, e = probs.shape[1], probs.shape[2]
+        self.colsum[li, :, :e] += probs.sum(1)
+        lo = max(self.P - self.obs, s)
+        if lo < s + n:
+            self.obs_sum[li, :, :e] += probs[:, lo - s:, :].sum(1)
+        if s + n == self.P:
+            self.last[li, :, :e] = probs[:, -1, :]
+
+
+def window_stats(cap: PrefillCapture, n_kv: int, window: int, kernel: int) -> dict:
+    """Per (layer, KV head, window) statistics: mean over the query heads of a KV head, sum over
+    the tokens of a window.  ``snap`` max-pools the observation-window attention over ``kernel``
+    tokens first (SnapKV)."""
+    L, H, P = cap.colsum.shape
+    g = H // n_kv
+
+    def red(x):
+        x = x.reshape(L, n_kv, g, P).mean(2)
+        return x.reshape(L, n_kv, P // window, window).sum(-1).astype(np.float64)
+
+    obs = cap.obs_sum
+    if kernel > 1:
+        from scipy.ndimage import maximum_filter1d
+
+        pooled = maximum_filter1d(obs, size=kernel, axis=-1, mode="constant", cval=0.0)
+    else:
+        pooled = obs
+    return dict(colsum=red(cap.colsum), obs=red(obs), snap=red(pooled), last=red(cap.last))
+
+
+@lru_cache(maxsize=4)
+def file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# Decoding multiplies small matrices (one row per stream); one BLAS thread is about as fast as two
+# and far more robust when other processes share the cores (OpenBLAS threads then spin and stall).
+DECODE_BLAS_THREADS = 1
+
+
+class _blas_threads:
+    def __init__(self, n):
+        self.n, self.ctl = n, None
+
+    def __enter__(self):
+        try:
+            from threadpoolctl import threadpool_limits
+        except ImportError:  # optional: leave the BLAS as it is
+            return self
+        self.ctl = threadpool_limits(limits=self.n, user_api="blas")
+        return self
+
+    def __exit__(self, *exc):
+        if self.ctl is not None:
+            self.ctl.restore_original_limits()
+
+
+def stream_list(policies, budgets, include_full: bool = True):
+    """[(policy, frac)], the full cache first (at 100%), then every other policy at every budget."""
+    out = [("full", 1.0)] if include_full else []
+    for p in policies:
+        if p == "full":
+            continue
+        for f in budgets:
+            out.append((p, float(f)))
+    return out
+
+
+def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policies, budgets,
+                 pcfg: PolicyConfig, *, verbose: bool = False, record_tiers: bool = False,
+                 include_full: bool = True) -> dict:
+    """Run all streams on ``tokens`` (at least prefill + decode + 1 tokens).  Returns arrays:
+
+    * ``kl``, ``nll``, ``top1``, ``correct``: (D, B) per decoding step and stream,
+    * ``fmm``, ``fmm_evicted``: (D, B, L) full-cache attention mass (mean over KV heads) on windows
+      the stream does not hold at full precision / does not hold at all,
+    * ``attn_full``: (D, L, Hkv, NW) full-cache attention per window (mean over query heads),
+    * ``hot_bytes``, ``budget_bytes``: (R, B) at each re-decision; ``tier_bytes``: per stream dict
+      at the end; ``recall_bytes``, ``offload_bytes``, ``promotions``, ``fits``: per stream.
+    """
+    cfg = model.cfg
+    tokens = np.asarray(tokens, dtype=np.int64)
+    P, D, W = int(prefill_tokens), int(decode_tokens), pcfg.window
+    if P % W:
+        raise ValueError(f"prefill_tokens ({P}) must be a multiple of the window ({W})")
+    if len(tokens) < P + D + 1:
+        raise ValueError(f"document has {len(tokens)} tokens, needs prefill + decode + 1 = {P + D + 1}")
+    if P + D > cfg.context_length:
+        raise ValueError(f"prefill + decode = {P + D} exceeds the model context {cfg.context_length}")
+    streams = stream_list(policies, budgets, include_full)
+    if not streams:
+        raise ValueError("no streams to run")
+    B, L, Hkv = len(streams), cfg.n_layers, cfg.n_kv_heads
+    t0 = time.perf_counter()
+    cap = PrefillCapture(L, cfg.n_heads, P, pcfg.snap_obs_tokens)
+    pre = model.prefill(tokens[:P], logits="none", capture=cap)
+    stats = window_stats(cap, Hkv, W, pcfg.snap_kernel)
+    t_prefill = time.perf_counter() - t0
+    cache = MultiStreamCache(cfg, B, pre["k"], pre["v"], P + D, W,
+                             bits=[0] * B, group=pcfg.group)
+    NW = cache.NW
+    pols = [make_policy(p, f, pcfg, L, Hkv, NW) for p, f in streams]
+    cache.set_bits([p.bits for p in pols])
+    for p in pols:
+        p.init(stats)
+
+    hot, budget = [], []
+
+    def redecide(nc):
+        h_row, b_row = [], []
+        for b, p in enumerate(pols):
+            new = p.target(cache.tier[b], nc)
+            cache.set_tiers(b, new, promote=p.promote)
+            hb = cache.hot_bytes(b, nc)
+            h_row.append(int(hb.sum()))
+            b_row.append(p.budget_bytes(nc) * L * Hkv)
+            if p.name != "full" and hb.max() > p.budget_bytes(nc) + 1e-6:
+                raise AssertionError(f"{p.name}@{p.frac}: {hb.max()} bytes > budget {p.budget_bytes(nc)}")
+        hot.append(h_row)
+        budget.append(b_row)
+
+    redecide(P // W)
+    kl = np.zeros((D, B))
+    nll = np.zeros((D, B))
+    top1 = np.zeros((D, B), bool)
+    correct = np.zeros((D, B), bool)
+    fmm = np.zeros((D, B, L), np.float32)
+    fmm_ev = np.zeros((D, B, L), np.float32)
+    attn_full = np.zeros((D, L, Hkv, NW), np.float32)
+    tiers = [] if record_tiers else None
+
+    def _decode_loop():
+        for s in range(D):
+            pos = P + s
+            logits = model.decode_step(int(tokens[pos]), pos, cache).astype(np.float64)
+            lp = logits - logits.max(-1, keepdims=True)
+            lp -= np.log(np.exp(lp).sum(-1, keepdims=True))
+            p0 = np.exp(lp[0])
+            kl[s] = (p0 * (lp[0] - lp)).sum(-1)
+            tgt = int(tokens[pos + 1])
+            nll[s] = -lp[:, tgt]
+            am = logits.argmax(-1)
+            top1[s] = am == am[0]
+            correct[s] = am == tgt
+            A = cache.win_attn[:, 0]  # (L, Hkv, NW) full-cache attention
+            attn_full[s] = A
+            notfull = cache.tier != FULL  # (B, L, Hkv, NW); windows not yet closed are FULL
+            ev = cache.tier == EVICTED
+            fmm[s] = np.einsum("blhw,lhw->bl", notfull, A, optimize=True) / Hkv
+            fmm_ev[s] = np.einsum("blhw,lhw->bl", ev, A, optimize=True) / Hkv
+            if record_tiers:
+                tiers.append(cache.tier.copy())
+            for b, p in enumerate(pols):
+                p.observe(cache.win_attn[:, b])
+            if (pos + 1) % W == 0 and s < D - 1:
+                redecide((pos + 1) // W)
+            if verbose and (s + 1) % 32 == 0:
+                print(f"  step {s + 1}/{D}: {(time.perf_counter() - t1) / (s + 1) * 1e3:.0f} ms/step", flush=True)
+
+    t1 = time.perf_counter()
+    with _blas_threads(DECODE_BLAS_THREADS):
+        _decode_loop()
+    nc_end = (P + D) // W
+
+    out = dict(
+        streams=streams, kl=kl, nll=nll, top1=top1, correct=correct, fmm=fmm, fmm_evicted=fmm_ev,
+        attn_full=attn_full, hot_bytes=np.array(hot, float), budget_bytes=np.array(budget, float),
+        tier_bytes=[cache.tier_bytes(b, nc_end) for b in range(B)],
+        recall_bytes=cache.recall_bytes.copy(), offload_bytes=cache.offload_bytes.copy(),
+        promotions=cache.n_promotions.copy(), fits=np.array([p.fits for p in pols]),
+        full_bytes_end=float(nc_end * cache.F * L * Hkv), prefill_tokens=P, decode_tokens=D, window=W,
+        seconds_prefill=t_prefill, seconds_decode=time.perf_counter() - t1,
+    )
+    if record_tiers:
+        out["tiers"] = np.array(tiers)
+    return out
+
+
+def run_document_cached(model, tokens, prefill_tokens, decode_tokens, policies, budgets, pcfg,
+                        *, verbose=False):
+    """:func:`run_document`, memoised on disk by the tokens, lengths, policies, budgets, policy
+    configuration, model file and code (``analysis.cache``)."""
+    from analysis.cache import cached
+
+    tokens = np.asarray(tokens, dtype=np.int64)[: prefill_tokens + decode_tokens + 1]
+    inputs = dict(tokens=hashlib.sha256(tokens.tobytes()).hexdigest(), P=int(prefill_tokens),
+                  D=int(decode_tokens), policies=list(policies), budgets=[float(b) for b in budgets],
+                  pcfg=dataclasses.asdict(pcfg), model=file_sha256(model.gguf_file) if model.gguf_file else None)
+    return cached("qevict_run", inputs, lambda: run_document(model, tokens, prefill_tokens, decode_tokens,
+                                                             policies, budgets, pcfg, verbose=verbose))
