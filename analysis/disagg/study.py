@@ -101,7 +101,7 @@ def ratio_sweep(models, gpus, npu_points, ratios, output_tokens, *, ttft_slo_s, 
                               dict(budget=budget, precision=precision, objective="dollar" if npu else "device",
                                    grid=grid, enforce_context=enforce_context), r))
     rows = []
-    for (args, kw, r), cell in zip(tasks, _map(_cell_task, [(a, k) for a, k, _ in tasks], jobs)):
+    for (args, kw, r), cell in zip(tasks, parallel_map(run_cell_task, [(a, k) for a, k, _ in tasks], jobs)):
         for row in cell:
             row["ratio"] = r
             rows.append(row)
@@ -109,12 +109,13 @@ def ratio_sweep(models, gpus, npu_points, ratios, output_tokens, *, ttft_slo_s, 
     return add_speedup(df, ["model", "hardware", "ratio"])
 
 
-def _cell_task(task):
+def run_cell_task(task):
+    """``run_cell(*args, **kw)`` for ``task = (args, kw)`` (picklable for a process pool)."""
     args, kw = task
     return run_cell(*args, **kw)
 
 
-def _map(fn, items, jobs):
+def parallel_map(fn, items, jobs):
     """``map`` over a process pool of ``jobs`` workers (order kept; serial when jobs <= 1)."""
     if jobs <= 1 or len(items) < 2:
         return [fn(x) for x in items]
