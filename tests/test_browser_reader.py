@@ -225,3 +225,33 @@ def test_appendix_lists_time_and_memory_of_every_chapter():
         rows[ch] = m.group(1) if m else None
     missing = [ch for ch, r in rows.items() if r is None]
     assert not missing, f"chapters without a row (time and memory, or 'not measured yet') in the appendix: {missing}"
+
+
+def test_linkcheck_report_is_recorded_honestly(tmp_path):
+    """``make linkcheck``'s recorder (_ext/links_table.py): working/redirected/broken are recorded with
+    the date; a link not reached because the machine has no network is not called broken."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("links_table", bh.REPO / "_ext" / "links_table.py")
+    lt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lt)
+    no_dns = ("HTTPSConnectionPool(host='arxiv.org', port=443): Max retries exceeded with url: /abs/1 (Caused by "
+              "NameResolutionError(\"<urllib3.connection.HTTPSConnection object at 0x7f>: Failed to resolve "
+              "'arxiv.org' ([Errno -2] Name or service not known)\"))")
+    report = tmp_path / "output.json"
+    report.write_text("\n".join(json.dumps(r) for r in [
+        {"uri": "https://a.example/ok", "status": "working", "info": ""},
+        {"uri": "https://a.example/moved", "status": "redirected", "info": "https://a.example/new"},
+        {"uri": "https://a.example/gone", "status": "broken", "info": "404 Client Error: Not Found"},
+        {"uri": "https://arxiv.org/abs/1", "status": "broken", "info": no_dns},
+        {"uri": "local.html", "status": "unchecked", "info": ""},
+    ]) + "\n")
+    res = lt.linkcheck_results(report)
+    assert set(res) == {"https://a.example/ok", "https://a.example/moved", "https://a.example/gone",
+                        "https://arxiv.org/abs/1"}
+    assert res["https://a.example/ok"]["result"] == "working"
+    assert res["https://a.example/moved"]["result"] == "redirected to https://a.example/new"
+    assert res["https://a.example/gone"]["status"] == "broken"
+    assert res["https://arxiv.org/abs/1"]["status"] == "unreachable"
+    assert all(re.match(r"\d{4}-\d\d-\d\d$", v["checked"]) for v in res.values())
