@@ -220,6 +220,8 @@ async function run() {
   const nav = document.querySelector('nav.bd-docs-nav') || document.querySelector('.bd-sidebar-primary');
   report.sidebar = nav ? Array.from(nav.querySelectorAll('a.reference')).map(a => ({
     href: a.href, text: a.innerText.trim(), visible: a.getClientRects().length > 0})) : [];
+  report.links = Array.from(document.querySelectorAll('a[href]')).map(a => ({href: a.href,
+    text: a.innerText.trim().slice(0, 60)})).filter(l => l.href.startsWith(location.origin));
   report.downloads = Array.from(document.querySelectorAll('.dropdown-download-buttons a')).map(a => ({
     href: a.href, text: a.innerText.trim()}));
   // chapter shape: what comes before the first section heading, and what comes last

@@ -3,9 +3,10 @@
 The built site (``_build/html``, made by ``python -m analysis.build``, which ``make test`` runs
 first) is served on 127.0.0.1 and every page of ``_toc.yml`` is opened. A page fails when the
 browser logs an error, a request fails, an image is missing, empty or blank, a figure has no image,
-a glued value renders empty or as ``<Figure size ...>``, a formula stays raw TeX, or the sidebar
-lacks a page. Chapters must also open with what they show and their parameters, end with how to rerun
-them and the versions they were built with, and offer their ``.md`` and ``.ipynb`` for download.
+a glued value renders empty or as ``<Figure size ...>``, a formula stays raw TeX, the sidebar lacks
+a page, or a link to the book itself leads to a missing page or anchor. Chapters must also open with
+what they show and their parameters, end with how to rerun them and the versions they were built
+with, and offer their ``.md`` and ``.ipynb`` for download.
 The search page must find each chapter by a word of its title. A full-page screenshot of every page
 is left in ``_build/screenshots/`` for a person to look at.
 
@@ -17,6 +18,7 @@ import json
 import re
 import shutil
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -183,6 +185,36 @@ def test_chapter_ends_with_rerun_and_versions(browser, base_url, screenshots, do
     if r["afterLastCell"]:
         problems.append(f"content after the rerun footer: {r['afterLastCell'][:3]}")
     assert not problems, f"{docname}.html:\n  " + "\n  ".join(problems)
+
+_TARGETS: dict[str, tuple[int, str]] = {}
+
+
+def _target(url: str) -> tuple[int, str]:
+    """(HTTP status, text) of a page of the local site, fetched once."""
+    if url not in _TARGETS:
+        try:
+            with urllib.request.urlopen(url, timeout=30) as resp:  # the local test server only
+                _TARGETS[url] = (resp.status, resp.read().decode("utf-8", errors="replace"))
+        except urllib.error.HTTPError as e:
+            _TARGETS[url] = (e.code, "")
+    return _TARGETS[url]
+
+
+@pytest.mark.parametrize("docname", PAGES)
+def test_internal_links_resolve(browser, base_url, screenshots, docname):
+    """Every link to the book itself reaches a page that exists, and the anchor it names."""
+    r = visit(browser, base_url, screenshots, docname)
+    problems = []
+    for link in r["links"]:
+        url, frag = urllib.parse.urldefrag(link["href"])
+        status, text = _target(url)
+        if status != 200:
+            problems.append(f"link {link['text']!r} -> {link['href']}: HTTP {status}")
+        elif frag and url.endswith(".html") and not re.search(
+                rf"""(id|name)=["']{re.escape(urllib.parse.unquote(frag))}["']""", text):
+            problems.append(f"link {link['text']!r} -> {link['href']}: no anchor #{frag} in the page")
+    assert not problems, f"{docname}.html:\n  " + "\n  ".join(sorted(set(problems)))
+
 
 def _fetch(url: str) -> bytes:
     with urllib.request.urlopen(url, timeout=30) as resp:  # the local test server only
