@@ -230,7 +230,14 @@ def test_chapter_downloads_md_and_ipynb(browser, base_url, screenshots, docname)
     md = _fetch(by_text[".md"]).decode("utf-8")
     src = (bh.REPO / f"{docname}.md").read_text(encoding="utf-8")
     assert md == src, f"{docname}.html: the .md download differs from {docname}.md"
-    nb = json.loads(_fetch(by_text[".ipynb"]))
+    raw = _fetch(by_text[".ipynb"]).decode("utf-8")
+    import nbformat
+
+    try:
+        nbformat.validate(nbformat.reads(raw, as_version=4))
+    except Exception as exc:  # nbformat.ValidationError, JSON errors
+        pytest.fail(f"{docname}.ipynb: not a valid notebook: {exc}")
+    nb = json.loads(raw)
     assert nb.get("nbformat") == 4, f"{docname}.ipynb: not an nbformat-4 notebook"
     assert nb["metadata"].get("kernelspec", {}).get("name"), f"{docname}.ipynb: no kernelspec"
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
