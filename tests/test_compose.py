@@ -251,3 +251,10 @@ def test_findings_and_sentences_never_print_nan():
     none = decide.sweep(BASE, [1.0], lambda b, v: b.replace(tpot_slo_s=1e-6), opts, REUSE, decide.FidelityFloor())
     assert decide.describe_sweep(none) == "no option is admissible at any value"
     assert math.isnan(decide.group_change(none, ["PD"]))
+
+
+def test_colocated_hbm_holds_no_prefix_cache_but_a_prefill_instance_does():
+    c = pipeline.evaluate(BASE.replace(mode="C", layout="hbm", hit_rate=0.6), REUSE)
+    p = pipeline.evaluate(BASE.replace(mode="PD", layout="hbm", hit_rate=0.6), REUSE)
+    assert c.realized_hit_rate == 0 and c.prefill_ratio == 1.0
+    assert p.realized_hit_rate > 0

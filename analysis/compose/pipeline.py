@@ -12,7 +12,8 @@ For a :class:`Scenario` (SI units):
    its A/F activations go over the scale-up link unless its grid says otherwise).
 2. **Prefix reuse** (chapter 2): the instances that run the prefill carry the tier ``layout``
    (``tiering.tiers.build_tiers``: HBM share, DRAM, CXL, NVMe, QLC, AI SSD, with their capacities,
-   delivered bandwidths and amortised cost). The workload's reuse has the shape of the Mooncake
+   delivered bandwidths and amortised cost). A colocated instance keeps no prefix cache in HBM:
+   chapter 3 sized its decode batch to fill it; a prefill instance keeps chapter 2's share. The workload's reuse has the shape of the Mooncake
    trace's exact LRU hit curve (``tiering.lru_hit_curve``), rescaled to the map's ``hit_rate`` (the
    hit rate of an unbounded cache) and to the context length (prefixes ``I / mean input`` times
    longer need that many times the capacity). The realised hit tokens of each tier shorten the
@@ -275,7 +276,10 @@ def evaluate(s: Scenario, reuse: ReuseCurve | None = None) -> Result:
     up, ud = units[PREFILL_UNIT[s.mode]], units[DECODE_UNIT[s.mode]]
     # 2. prefix reuse through the layout's tiers on the prefill instances
     tp_p = _instance_gpus(up)
-    tiers = _tier_list(s.layout, tier_deployment(s, tp_p))
+    dp_ = tier_deployment(s, tp_p)
+    if s.mode == "C":  # the colocated plan fills its HBM with the decode batch it was sized for
+        dp_ = dp_.replace(hbm_cache_fraction=0.0)
+    tiers = _tier_list(s.layout, dp_)
     if s.hit_rate > 0 and reuse is None:
         reuse = reuse_curve_from_trace()
     r, h_real = prefill_ratio(s, tiers, tp_p, reuse) if s.hit_rate > 0 else (1.0, 0.0)
