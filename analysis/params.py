@@ -38,15 +38,18 @@ class Param:
         c = self.choices() if callable(self.choices) else self.choices
         return list(c) if c is not None else None
 
-    def describe(self) -> str:
+    def describe(self, full: bool = True) -> str:
         parts = [self.kind]
         if self.min is not None or self.max is not None:
             parts.append(f"in [{self.min if self.min is not None else '-inf'}, "
                          f"{self.max if self.max is not None else 'inf'}]")
         ch = self.allowed()
         if ch is not None:
-            shown = ", ".join(map(str, ch[:30])) + (", ..." if len(ch) > 30 else "")
-            parts.append(f"one of: {shown}")
+            if full or len(ch) <= 10:
+                parts.append(f"one of: {', '.join(map(str, ch))}")
+            else:  # long lists (every model of data/models.csv) are summarised in the book
+                parts.append(f"one of {len(ch)} values, e.g. {', '.join(map(str, ch[:4]))} "
+                             f"(all: `--list-params`)")
         return "; ".join(parts)
 
 
@@ -208,9 +211,10 @@ def check(chapter: str, namespace: dict) -> dict:
     return out
 
 
-def describe(chapter: str) -> str:
-    """A Markdown table of a chapter's parameters (for the chapter's opening and --help)."""
+def describe(chapter: str, full: bool = False) -> str:
+    """A Markdown table of a chapter's parameters: summarised for the chapter's opening, complete
+    (every allowed value) with ``full=True`` (``python -m analysis.rerun CHAPTER --list-params``)."""
     rows = ["| parameter | default | allowed | meaning |", "|---|---|---|---|"]
     for k, p in schema(chapter).items():
-        rows.append(f"| `{k}` | `{p.default!r}` | {p.describe()} | {p.help} |")
+        rows.append(f"| `{k}` | `{p.default!r}` | {p.describe(full)} | {p.help} |")
     return "\n".join(rows)

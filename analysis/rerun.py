@@ -274,7 +274,7 @@ def main(argv=None) -> int:
         if not a.chapter:
             ap.error("give a chapter (book/NN_slug.md) or --sweep FILE")
         if a.list_params:
-            print(_params.describe(chapter_path(a.chapter).stem))
+            print(_params.describe(chapter_path(a.chapter).stem, full=True))
             return 0
         overrides = {}
         for name, value in a.parameter:
