@@ -8,7 +8,8 @@ The reference does, for the same sequence length, exactly the matrix products of
 per query chunk, as the forward computes them; no LM head) and nothing else: the ratio
 ``reference time / forward time`` is the fraction of the machine's matmul rate the forward reaches
 (target >= 50%).  Capture overhead: forward with the per-window attention reduction of the
-experiment versus without (target <= 30%).  Timings are the best of ``--repeat`` runs.
+experiment versus without (target <= 30%).  Timings are the best of ``--repeat`` interleaved rounds (other processes on the
+machine distort them: the script prints the load average).
 """
 from __future__ import annotations
 
@@ -25,13 +26,16 @@ from analysis.qevict.gguf_model import load_model  # noqa: E402
 from analysis.qevict.runner import PrefillCapture  # noqa: E402
 
 
-def best(f, repeat):
-    ts = []
+def interleaved(fns: dict, repeat: int) -> dict:
+    """Best wall time of each function over ``repeat`` rounds, the functions alternating within a
+    round so that a change of machine load affects them alike."""
+    best = {k: float("inf") for k in fns}
     for _ in range(repeat):
-        t = time.perf_counter()
-        f()
-        ts.append(time.perf_counter() - t)
-    return min(ts)
+        for k, f in fns.items():
+            t = time.perf_counter()
+            f()
+            best[k] = min(best[k], time.perf_counter() - t)
+    return best
 
 
 def matmul_reference(model, T, chunk=256):
@@ -71,13 +75,17 @@ def main(argv=None):
     T = a.tokens
     ids = np.random.default_rng(1).integers(0, model.cfg.vocab_size, T)
     model.prefill(ids[:64], logits="none")  # warm up
-    t_ref = best(matmul_reference(model, T), a.repeat)
-    t_fwd = best(lambda: model.prefill(ids, logits="none"), a.repeat)
     c = model.cfg
-    t_cap = best(lambda: model.prefill(ids, logits="none", capture=PrefillCapture(c.n_layers, c.n_heads, T, 32)),
-                 a.repeat)
+    t = interleaved({
+        "ref": matmul_reference(model, T),
+        "fwd": lambda: model.prefill(ids, logits="none"),
+        "cap": lambda: model.prefill(ids, logits="none", capture=PrefillCapture(c.n_layers, c.n_heads, T, 32)),
+    }, a.repeat)
+    t_ref, t_fwd, t_cap = t["ref"], t["fwd"], t["cap"]
+    import os as _os
+    load = _os.getloadavg()[0] if hasattr(_os, "getloadavg") else float("nan")
     fl = flops(model, T)
-    print(f"tokens                        {T}")
+    print(f"tokens                        {T}   (load average {load:.1f} on {_os.cpu_count()} CPUs)")
     print(f"matmul reference (same shapes) {t_ref:.3f} s  {fl / t_ref / 1e9:.1f} GFLOP/s")
     print(f"numpy forward (prefill)        {t_fwd:.3f} s  {fl / t_fwd / 1e9:.1f} GFLOP/s  {T / t_fwd:.0f} tokens/s")
     print(f"forward with attention capture {t_cap:.3f} s")

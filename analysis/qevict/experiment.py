@@ -1,6 +1,7 @@
 """Chapter 4's experiment: every document, every (policy, budget) stream, results cached on disk."""
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass, field
 
@@ -64,3 +65,32 @@ def run_experiment(p: dict, *, verbose: bool = False) -> Experiment:
         lirs.append(lr)
     return Experiment(p, docs, results, pd.concat(rows, ignore_index=True), pd.concat(lirs, ignore_index=True),
                       time.perf_counter() - t0, timings)
+
+
+def perplexity(model, tokens) -> float:
+    tokens = np.asarray(tokens, dtype=np.int64)
+    out = model.prefill(tokens, logits="nll", targets=np.r_[tokens[1:], -1])
+    return float(np.exp(np.nanmean(out["nll"])))
+
+
+def layout_check(module: str = "argparse", n_tokens: int = 1024) -> dict:
+    """Perplexity of the first ``n_tokens`` tokens of a standard-library module's source with the
+    Q/K rows un-permuted (right) and left in llama.cpp's interleaved order under rotate-half RoPE
+    (wrong).  Cached on disk."""
+    from analysis.cache import cached
+
+    from .corpora import module_source
+    from .gguf_model import LlamaModel, gguf_path
+    from .runner import file_sha256
+
+    tok = load_tokenizer()
+    ids = tok.encode(module_source(module))[:n_tokens]
+
+    def compute():
+        right = perplexity(load_model(), ids)
+        wrong = perplexity(LlamaModel.from_gguf(gguf_path(), unpermute_qk=False), ids)
+        return dict(right=right, wrong=wrong, tokens=len(ids), module=module)
+
+    inputs = dict(module=module, n=int(n_tokens), tokens=hashlib.sha256(ids.tobytes()).hexdigest(),
+                  model=file_sha256(gguf_path()))
+    return cached("qevict_layout", inputs, compute)

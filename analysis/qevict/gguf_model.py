@@ -99,7 +99,9 @@ class LlamaModel:
 
     # ------------------------------------------------------------------ loading
     @classmethod
-    def from_gguf(cls, path: str | None = None) -> "LlamaModel":
+    def from_gguf(cls, path: str | None = None, *, unpermute_qk: bool = True) -> "LlamaModel":
+        """Load the GGUF.  ``unpermute_qk=False`` keeps llama.cpp's interleaved Q/K row order with
+        our rotate-half RoPE: the wrong pairing, kept only to show what the mistake costs."""
         import gguf
         from gguf.quants import dequantize
 
@@ -133,8 +135,9 @@ class LlamaModel:
         layers = []
         for i in range(n_layers):
             p = f"blk.{i}."
-            wq = _unpermute_qk(t[p + "attn_q.weight"], nh)
-            wk = _unpermute_qk(t[p + "attn_k.weight"], nkv)
+            wq, wk = t[p + "attn_q.weight"], t[p + "attn_k.weight"]
+            if unpermute_qk:
+                wq, wk = _unpermute_qk(wq, nh), _unpermute_qk(wk, nkv)
             wv = t[p + "attn_v.weight"]
             layers.append(
                 dict(
@@ -233,10 +236,8 @@ class LlamaModel:
                 e = min(T, s + chunk)
                 qc = qg[:, :, s:e]  # (Hkv, g, n, hd)
                 sc = np.matmul(qc, k[:, None, :e].swapaxes(-1, -2))  # (Hkv, g, n, e)
-                if e - s > 1:
-                    # causal mask inside the chunk
-                    tri = np.triu(np.ones((e - s, e - s), dtype=bool), 1)
-                    sc[..., s:e][..., tri] = -np.inf
+                if e - s > 1:  # causal mask inside the chunk
+                    sc[..., s:e] += _causal_bias(e - s)
                 m = sc.max(-1, keepdims=True)
                 np.subtract(sc, m, out=sc)
                 np.exp(sc, out=sc)
@@ -302,6 +303,12 @@ class LlamaModel:
             x = x + a.reshape(B, c.d_model) @ lw["wo"]
             x = x + self.mlp(x, lw)
         return self.logits(x)
+
+
+@lru_cache(maxsize=8)
+def _causal_bias(n: int) -> np.ndarray:
+    """(n, n) float32: 0 on and below the diagonal, -inf above."""
+    return np.triu(np.full((n, n), -np.inf, dtype=np.float32), 1)
 
 
 @lru_cache(maxsize=2)

@@ -160,3 +160,23 @@ def tier_bytes_table(summary: pd.DataFrame) -> pd.DataFrame:
         g[c + "_per_token"] = g[c] / g["context_tokens"]
     g["hot_fraction"] = (g.bytes_full + g.bytes_quantized) / g.full_cache_bytes
     return g
+
+
+def drift_verdict(lir_ci_low: float, fmm_evicted_min: float, fmm_threshold: float = 0.01) -> str:
+    """Claims-ledger verdict on "window importance drifts; evicted KV is later missed":
+    'reproduced' when windows re-activate (the lower end of the Global LIR interval over documents is
+    above 0) *and* every eviction policy misses at least ``fmm_threshold`` of the attention at every
+    budget; 'partly reproduced' when one of the two holds; else 'not reproduced'."""
+    a = bool(np.isfinite(lir_ci_low) and lir_ci_low > 0)
+    b = bool(np.isfinite(fmm_evicted_min) and fmm_evicted_min >= fmm_threshold)
+    return "reproduced" if a and b else "partly reproduced" if a or b else "not reproduced"
+
+
+def qevict_verdict(cmp: pd.DataFrame) -> str:
+    """Claims-ledger verdict on "three tiers beat eviction and quantization baselines at a fixed
+    budget" from :func:`compare` rows: 'reproduced' when better in every (baseline, budget) pair,
+    'partly reproduced' when better in some, 'not reproduced' when better in none."""
+    if len(cmp) == 0:
+        return "not testable from public data"
+    nb = int((cmp.verdict == "better").sum())
+    return "reproduced" if nb == len(cmp) else "partly reproduced" if nb else "not reproduced"

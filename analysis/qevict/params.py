@@ -4,8 +4,8 @@ from __future__ import annotations
 from ..params import Param
 from .policies import POLICIES
 
-DEFAULT_DOCUMENTS = ["code:argparse", "code:typing", "code:inspect", "docs:typing", "docs:difflib",
-                     "needle:turtle", "needle:_pydecimal", "needle:doctest"]
+DEFAULT_DOCUMENTS = ["code:argparse", "code:inspect", "docs:typing", "needle:turtle", "needle:_pydecimal",
+                     "needle:doctest"]
 
 PARAMS = {
     "documents": Param(DEFAULT_DOCUMENTS, "list[str]",
