@@ -157,6 +157,23 @@ def _chunk_geometry(I, K):
     return pre_len, K / pre_len, np.where(K < I, (I - K) / 2.0, 0.0)
 
 
+def _chunked_mix(c, run, I, O, ctx):
+    """Continuous batching with chunked prefill (colocated and AF units): a step carries the decode
+    batch plus one prefill chunk for a fraction ``f`` of steps. Sets ``c['ttft']`` and ``c['tpot']``;
+    returns (tpot, f, prefill seqs per step, mixed-step time, decode-only step time)."""
+    B, K = c["batch"], c["chunk"]
+    pl, ps, pp = _chunk_geometry(I, K)
+    t_mix = run(dec_seqs=B, dec_ctx=ctx, pre_seqs=ps, pre_len=pl, pre_prefix=pp)
+    t_dec = run(dec_seqs=B, dec_ctx=ctx)
+    f = B * I / (O * K)
+    tpot = f * t_mix + (1 - f) * t_dec
+    service = np.ceil(I / K) * t_mix
+    fc = np.minimum(f, 0.999)
+    c["ttft"] = service + fc / (2 * (1 - fc)) * service + t_dec / 2
+    c["tpot"] = tpot
+    return tpot, f, ps, t_mix, t_dec
+
+
 def _finish(out, rate, devices, dollars):
     out["rate"] = rate                       # requests/s of one instance (or unit)
     out["devices"] = devices
@@ -191,16 +208,8 @@ def role_candidates(role, model, wl: Workload, hw, *, prec: Precision, eff: Effi
         wbytes = costs.weight_bytes_per_device(s, prec, tp=tp, n=size)
         run = lambda **kw: costs.colocated_pass_time(s, prec, eff, dev, tp=tp, dp=dp, **kw)
         if role == "C":
-            B, K = c["batch"], c["chunk"]
-            pl, ps, pp = _chunk_geometry(I, K)
-            t_mix = run(dec_seqs=B, dec_ctx=ctx, pre_seqs=ps, pre_len=pl, pre_prefix=pp)
-            t_dec = run(dec_seqs=B, dec_ctx=ctx)
-            f = B * I / (O * K)
-            tpot = f * t_mix + (1 - f) * t_dec
-            service = np.ceil(I / K) * t_mix
-            fc = np.minimum(f, 0.999)
-            c["ttft"] = service + fc / (2 * (1 - fc)) * service + t_dec / 2
-            c["tpot"] = tpot
+            B = c["batch"]
+            tpot, f, ps, t_mix, t_dec = _chunked_mix(c, run, I, O, ctx)
             c["interference"] = t_mix / t_dec
             mem = wbytes + costs.kv_bytes_per_device(s, prec, seqs=B + ps, ctx=I + O, tp=tp, dp=dp)
             c["feasible"] = (f < 1) & (mem <= _cap(dev, eff)) & (B >= dp)
@@ -245,16 +254,8 @@ def role_candidates(role, model, wl: Workload, hw, *, prec: Precision, eff: Effi
     run = lambda **kw: _split_step(s, prec, eff, da, df, tp=tp, n_a=n_a, n_f=n_f, m=m,
                                    scaleup=g.af_over_scaleup, **kw)
     if role == "AF":
-        B, K = c["batch"], c["chunk"]
-        pl, ps, pp = _chunk_geometry(I, K)
-        t_mix = run(dec_seqs=B, dec_ctx=ctx, pre_seqs=ps, pre_len=pl, pre_prefix=pp)
-        t_dec = run(dec_seqs=B, dec_ctx=ctx)
-        f = B * I / (O * K)
-        tpot = f * t_mix + (1 - f) * t_dec
-        service = np.ceil(I / K) * t_mix
-        fc = np.minimum(f, 0.999)
-        c["ttft"] = service + fc / (2 * (1 - fc)) * service + t_dec / 2
-        c["tpot"] = tpot
+        B = c["batch"]
+        tpot, f, ps, t_mix, t_dec = _chunked_mix(c, run, I, O, ctx)
         kvb = costs.kv_bytes_per_device(s, prec, seqs=B + ps, ctx=I + O, tp=tp, dp=dp)
         c["feasible"] = (f < 1) & (wa + kvb <= _cap(da, eff)) & (wf <= _cap(df, eff)) & (B >= dp * m)
         rate = B / (O * tpot)
