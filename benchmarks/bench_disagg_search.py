@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from analysis.disagg import devices, search as S, study  # noqa: E402
-from analysis.disagg.costs import Efficiency, Precision  # noqa: E402
+from analysis.forward import Efficiency, Precision  # noqa: E402
 
 
 def measure(model, hw, grid, repeat):

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from analysis import roofline, specs
-from analysis.disagg import costs, devices, search as S
-from analysis.disagg.costs import Efficiency, Precision
+from analysis import forward as costs
+from analysis.disagg import devices, search as S
+from analysis.forward import Efficiency, Precision
 
 H100 = "H100-SXM5-80GB"
 FAST = S.Grid(sizes=(1, 2, 4, 8), tps=(1, 2, 4, 8), batches=(1, 4, 16, 64, 256), chunks=(1024, 4096),

@@ -210,7 +210,7 @@ def decode_throughput(model, context_tokens: float, output_tokens: float, gpu: s
     given context, under a TPOT SLO, and the TPOT of a single sequence (smallest instance that
     holds it)."""
     from ..disagg import search
-    from ..disagg.costs import Efficiency, Precision
+    from ..forward import Efficiency, Precision
 
     wl = search.Workload(float(context_tokens), float(output_tokens))
     c = search.role_candidates("D", model, wl, gpu, prec=Precision(), eff=Efficiency(), grid=search.Grid(),

@@ -44,7 +44,7 @@ import numpy as np
 from .. import kv, roofline
 from ..specs import ModelSpec, model as _model
 from ..disagg import devices as _devices, search
-from ..disagg.costs import Efficiency, Precision
+from ..forward import Efficiency, Precision
 from ..tiering import tiers as _tiers
 from .fidelity import KVPolicy
 

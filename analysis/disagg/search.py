@@ -41,8 +41,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..specs import ModelSpec
-from . import costs, devices as _devices
-from .costs import Efficiency, Precision
+from .. import forward as costs
+from . import devices as _devices
+from ..forward import Efficiency, Precision
 
 MODES = ("C", "PD", "AF", "3-way", "PDAF")
 MODE_ROLES = {"C": ("C",), "PD": ("P", "D"), "AF": ("A", "F"), "3-way": ("P", "DA", "DF"),

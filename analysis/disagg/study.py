@@ -10,8 +10,9 @@ import numpy as np
 import pandas as pd
 
 from .. import specs
-from . import costs, devices, search as S, validate as V
-from .costs import Efficiency, Precision
+from .. import forward as costs
+from . import devices, search as S, validate as V
+from ..forward import Efficiency, Precision
 
 PAPER_MODELS = ["Llama-3.1-405B", "Qwen3-235B-A22B", "GLM-4.6", "DeepSeek-V3", "Llama-4-Scout",
                 "Llama-4-Maverick", "gpt-oss-120b"]
@@ -179,7 +180,7 @@ def pareto_fronts(model, ratio, output_tokens, *, hardware_name, hardware, tpot_
 
 def mooncake_workload():
     """Mean input and output lengths of the Mooncake conversation trace (chapter 2's reader)."""
-    from ..tiering.trace import load_trace
+    from ..traces import load_trace
 
     t = load_trace("mooncake_conversation")
     return {"input_tokens": float(np.mean(t.input_tokens)), "output_tokens": float(np.mean(t.output_tokens)),

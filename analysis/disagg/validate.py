@@ -36,8 +36,8 @@ import numpy as np
 import pandas as pd
 
 from .. import data, specs
-from . import costs
-from .costs import Efficiency, Precision
+from .. import forward as costs
+from ..forward import Efficiency, Precision
 
 # measured model_path -> data/models.csv name (same architecture)
 MODEL_MAP = {

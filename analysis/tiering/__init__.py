@@ -7,5 +7,5 @@
 * :mod:`.tiers`      tier hardware, data paths (CPU bounce vs GPU direct) and costs.
 * :mod:`.replay`     trace replay on a prefill cluster with tiers: TTFT, SLO, cost per token.
 """
-from .trace import BLOCK_TOKENS, Trace, TraceError, from_requests, load_trace  # noqa: F401
+from ..traces import BLOCK_TOKENS, Trace, TraceError, from_requests, load_trace  # noqa: F401
 from .hitcurve import HitCurve, lru_hit_curve, stack_distances  # noqa: F401

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .trace import Trace
+from ..traces import Trace
 
 
 def previous_use(ids: np.ndarray) -> np.ndarray:

@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import cache as _cache
 from .hitcurve import previous_use
-from .trace import Trace
+from ..traces import Trace
 
 POLICIES = ("lru", "lfu", "belady")
 

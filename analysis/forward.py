@@ -29,8 +29,8 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from .. import kv
-from ..specs import ModelSpec, model as _model
+from . import kv
+from .specs import ModelSpec, model as _model
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import data
+from . import data
 
 BLOCK_TOKENS = 512  # block size of the public Mooncake traces (FAST'25 appendix)
 
