@@ -1,0 +1,168 @@
+"""Every term of chapter 2's TTFT and cost per token pinned by a closed form on a small case.
+
+Deleting or altering any term (a tier's fixed latency, the load/compute overlap rule, the GPU-link
+cap on CXL bandwidth, the DRAM energy cost, ...) changes one of these numbers beyond rounding."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analysis import roofline
+from analysis.specs import gpu as _gpu, hardware as _hw, model as _model
+from analysis.tiering import from_requests, lru_hit_curve
+from analysis.tiering import replay as R
+from analysis.tiering import tiers as T
+
+REL = 1e-12
+
+
+def _energy(power_w, d):
+    return power_w * d.pue * d.electricity_usd_per_j
+
+
+# ------------------------------------------------------------------------------ tiers
+
+
+def test_dram_tier_closed_form_and_its_energy_term():
+    d = T.Deployment()
+    dr = _hw(d.dram_name, "dram")
+    link = d.tp * _gpu(d.gpu)["pcie_bandwidth"] / 2
+    host = dr["bandwidth_per_socket"] * dr["sockets_per_node"]
+    t = T.build_tier("dram", d)
+    assert t.bandwidth == pytest.approx(d.bw_eff * min(link, host), rel=REL) and t.limit == "GPU host links"
+    power = d.local_dram_bytes / dr["module_capacity"] * dr["power"]
+    capex = d.local_dram_bytes * d.dram_usd_per_byte / d.storage_lifetime_s
+    assert t.usd_per_s == pytest.approx(capex + _energy(power, d), rel=REL)
+    assert t.latency_s == 2e-6 and t.capacity_tokens == pytest.approx(d.local_dram_bytes / d.kv_bytes_per_token)
+    # the energy term alone: tripling the electricity price adds exactly twice the energy cost
+    t3 = T.build_tier("dram", d.replace(electricity_usd_per_j=3 * d.electricity_usd_per_j))
+    assert t3.usd_per_s - t.usd_per_s == pytest.approx(2 * _energy(power, d), rel=1e-9)
+    # enough GPUs and host DRAM becomes the bound
+    big = T.build_tier("dram", d.replace(tp=32))
+    assert big.bandwidth == pytest.approx(d.bw_eff * host, rel=REL) and big.limit == "host DRAM"
+
+
+@pytest.mark.parametrize("devices", [1, 4, 32])
+def test_cxl_tier_capped_by_gpu_links(devices):
+    d = T.Deployment(cxl_devices=devices)
+    c = _hw(d.cxl_name, "cxl")
+    t = T.build_tier("cxl", d)
+    raw = devices * c["bandwidth"]
+    assert t.bandwidth == pytest.approx(d.bw_eff * min(raw, d.gpu_link_bw), rel=REL)
+    assert t.limit == ("CXL devices" if raw <= d.gpu_link_bw else "GPU host links")
+    cap = devices * c["capacity"]
+    assert t.usd_per_s == pytest.approx(cap * d.cxl_usd_per_byte / d.storage_lifetime_s
+                                        + _energy(devices * c["power"], d), rel=REL)
+    assert t.latency_s == 3e-6
+
+
+def test_ssd_and_pool_tiers_closed_form():
+    d = T.Deployment()
+    s = _hw(d.nvme_name, "ssd")
+    t = T.build_tier("nvme", d)
+    n = d.nvme_drives
+    assert t.bandwidth == pytest.approx(d.bw_eff * min(n * s["seq_read"], d.gpu_link_bw,
+                                                       n * s["interface_bandwidth"]), rel=REL)
+    assert t.latency_s == s["read_latency"]
+    assert t.usd_per_s == pytest.approx(n * s["capacity"] * d.nvme_usd_per_byte / d.storage_lifetime_s
+                                        + _energy(n * s["power"], d), rel=REL)
+    nic = _hw(d.nic_name, "nic")
+    p = T.build_tier("pool", d)
+    assert p.bandwidth == pytest.approx(d.bw_eff * min(d.nics_per_instance * nic["bandwidth"], d.gpu_link_bw),
+                                        rel=REL)
+    assert p.latency_s == d.rdma_latency_s and not p.local
+    dr = _hw(d.dram_name, "dram")
+    cap = d.pool_nodes * d.pool_bytes_per_node
+    assert p.usd_per_s == pytest.approx(cap * d.dram_usd_per_byte / d.storage_lifetime_s
+                                        + _energy(cap / dr["module_capacity"] * dr["power"], d), rel=REL)
+
+
+# ------------------------------------------------------------------------------ replay
+
+
+def _tiny():
+    reqs = [
+        {"timestamp": 0, "input_length": 1536, "output_length": 1, "hash_ids": [1, 2, 3]},
+        {"timestamp": 100, "input_length": 2000, "output_length": 1, "hash_ids": [1, 2, 3, 4]},
+        {"timestamp": 150, "input_length": 1536, "output_length": 1, "hash_ids": [1, 2, 3]},
+        {"timestamp": 5000, "input_length": 700, "output_length": 1, "hash_ids": [9, 10]},
+    ]
+    tr = from_requests(reqs, name="tiny")
+    return tr, lru_hit_curve(tr)
+
+
+def _closed_form_service(tr, hits, tiers, d):
+    """The replay's formula written out: compute of the new tokens after the prefix, load of each
+    tier's hit tokens plus its latency when it serves any, overlapped layer by layer."""
+    L = tr.input_tokens.astype(float)
+    n_new = L - hits.sum(axis=1)
+    comp = np.asarray(roofline.prefill_time(d.model, d.gpu, n_new, L - n_new, n_gpus=d.tp, dtype=d.weight_dtype,
+                                            kv_dtype=d.kv_dtype, compute_eff=d.compute_eff))
+    load = np.zeros_like(L)
+    for j, t in enumerate(tiers):
+        if np.isfinite(t.bandwidth):
+            load += np.where(hits[:, j] > 0, hits[:, j] * t.bytes_per_token / t.bandwidth + t.latency_s, 0.0)
+    layers = _model(d.model).n_layers
+    return comp, load, np.maximum(comp, load) + np.minimum(comp, load) / layers
+
+
+@pytest.mark.parametrize("drives,bw", [(16, 0.0), (2, 0.05e9)])  # compute-bound; load-bound
+def test_service_time_closed_form(drives, bw):
+    tr, hc = _tiny()
+    d = T.Deployment(hbm_cache_fraction=0.0, local_dram_bytes=0.0, nvme_drives=drives, nvme_bw_override=bw)
+    tiers = T.build_tiers("nvme", d)
+    svc = R.service_times(tr, hc, tiers, d, config="nvme")
+    # by hand: request 1 reuses its 3 blocks (1536 tokens) from the NVMe tier; request 2 reuses them
+    # but must compute its last token (1535 from NVMe); requests 0 and 3 are cold
+    expect = np.zeros((4, 3))
+    expect[1, 2], expect[2, 2] = 1536, 1535
+    np.testing.assert_array_equal(svc.hit_tokens, expect)
+    comp, load, total = _closed_form_service(tr, expect, tiers, d)
+    np.testing.assert_allclose(svc.compute_s, comp, rtol=REL)
+    np.testing.assert_allclose(svc.load_s, load, rtol=REL)
+    np.testing.assert_allclose(svc.service_s, total, rtol=REL)
+    # the tier's latency is in the load time, and only for requests that load something
+    nv = tiers[2]
+    assert svc.load_s[1] == pytest.approx(1536 * nv.bytes_per_token / nv.bandwidth + nv.latency_s, rel=REL)
+    assert svc.load_s[0] == 0.0 and svc.load_s[3] == 0.0
+    # overlap: neither the plain sum nor the plain max
+    assert svc.service_s[1] < svc.compute_s[1] + svc.load_s[1]
+    assert svc.service_s[1] > max(svc.compute_s[1], svc.load_s[1])
+    if bw:
+        assert svc.load_s[1] > svc.compute_s[1]  # the load-bound branch of the overlap rule
+    else:
+        assert svc.load_s[1] < svc.compute_s[1]
+    full = roofline.prefill_time(d.model, d.gpu, tr.input_tokens.astype(float), 0, n_gpus=d.tp,
+                                 kv_dtype=d.kv_dtype, compute_eff=d.compute_eff)
+    np.testing.assert_allclose(svc.nocache_s, full, rtol=REL)
+
+
+def test_outcome_and_costs_closed_form():
+    tr, hc = _tiny()
+    d = T.Deployment(hbm_cache_fraction=0.0, local_dram_bytes=0.0)
+    econ = R.Economics(gpu_usd_per_s=1e-3, slo_s=0.05)
+    for cfg in ("nvme", "pool"):
+        tiers = T.build_tiers(cfg, d)
+        svc = R.service_times(tr, hc, tiers, d, config=cfg)
+        local = sum(t.usd_per_s for t in tiers if t.local)
+        pooled = sum(t.usd_per_s for t in tiers if not t.local)
+        assert (pooled > 0) == (cfg == "pool")
+        dur = float(tr.arrival_s[-1] - tr.arrival_s[0])
+        tok = float(tr.input_tokens.sum())
+        busy = (svc.service_s.sum() * (d.tp * econ.gpu_usd_per_s + local) + pooled * dur) / tok * 1e6
+        assert R.busy_cost_per_mtok(svc, d, econ, dur, tok) == pytest.approx(busy, rel=REL)
+        o = R.outcome(tr, svc, d, econ, 1)
+        # one instance, FCFS: request i starts when it arrives or when i-1 ends
+        start, end = [], 0.0
+        for a, s in zip(tr.arrival_s, svc.service_s):
+            st = max(a, end)
+            start.append(st)
+            end = st + s
+        ttft = np.asarray(start) - tr.arrival_s + svc.service_s
+        np.testing.assert_allclose(o.ttft_s, ttft, rtol=REL)
+        assert o.attainment == pytest.approx(np.mean(ttft <= econ.slo_s))
+        assert o.cluster_usd_per_mtok == pytest.approx((d.tp * econ.gpu_usd_per_s + local + pooled) * dur / tok * 1e6,
+                                                       rel=REL)
+        assert o.gpu_seconds == pytest.approx(svc.service_s.sum() * d.tp, rel=REL)
+        assert o.gpu_seconds_saved == pytest.approx((svc.nocache_s.sum() - svc.service_s.sum()) * d.tp, rel=REL)
+        assert o.hit_rate == pytest.approx(svc.hit_tokens.sum() / tok)
