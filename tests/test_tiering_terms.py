@@ -91,9 +91,11 @@ def _tiny():
     return tr, lru_hit_curve(tr)
 
 
-def _closed_form_service(tr, hits, tiers, d):
+def _closed_form_service(tr, hits, tiers, d, factor=None):
     """The replay's formula written out: compute of the new tokens after the prefix, load of each
-    tier's hit tokens plus its latency when it serves any, overlapped layer by layer."""
+    tier's hit tokens (at the read bandwidth left by writes) plus its latency when it serves any,
+    overlapped layer by layer."""
+    factor = np.ones(len(tiers)) if factor is None else factor
     L = tr.input_tokens.astype(float)
     n_new = L - hits.sum(axis=1)
     comp = np.asarray(roofline.prefill_time(d.model, d.gpu, n_new, L - n_new, n_gpus=d.tp, dtype=d.weight_dtype,
@@ -101,7 +103,8 @@ def _closed_form_service(tr, hits, tiers, d):
     load = np.zeros_like(L)
     for j, t in enumerate(tiers):
         if np.isfinite(t.bandwidth):
-            load += np.where(hits[:, j] > 0, hits[:, j] * t.bytes_per_token / t.bandwidth + t.latency_s, 0.0)
+            bw = t.bandwidth * factor[j]
+            load += np.where(hits[:, j] > 0, hits[:, j] * t.bytes_per_token / bw + t.latency_s, 0.0)
     layers = _model(d.model).n_layers
     return comp, load, np.maximum(comp, load) + np.minimum(comp, load) / layers
 
@@ -111,7 +114,7 @@ def test_service_time_closed_form(drives, bw):
     tr, hc = _tiny()
     d = T.Deployment(hbm_cache_fraction=0.0, local_dram_bytes=0.0, nvme_drives=drives, nvme_bw_override=bw)
     tiers = T.build_tiers("nvme", d)
-    svc = R.service_times(tr, hc, tiers, d, config="nvme")
+    svc = R.service_times(tr, hc, tiers, d, config="nvme", writes=False)
     # by hand: request 1 reuses its 3 blocks (1536 tokens) from the NVMe tier; request 2 reuses them
     # but must compute its last token (1535 from NVMe); requests 0 and 3 are cold
     expect = np.zeros((4, 3))
@@ -149,7 +152,13 @@ def test_outcome_and_costs_closed_form():
         assert (pooled > 0) == (cfg == "pool")
         dur = float(tr.arrival_s[-1] - tr.arrival_s[0])
         tok = float(tr.input_tokens.sum())
-        busy = (svc.service_s.sum() * (d.tp * econ.gpu_usd_per_s + local) + pooled * dur) / tok * 1e6
+        B = svc.service_s.sum()
+
+        def worn(inst_s):  # a drive costs the larger of its amortisation and its wear
+            return sum(max(0.0, w * t.usd_per_byte_written - inst_s * t.capex_usd_per_s)
+                       for w, t in zip(svc.written_bytes, tiers) if t.usd_per_byte_written)
+
+        busy = (B * (d.tp * econ.gpu_usd_per_s + local) + pooled * dur + worn(B)) / tok * 1e6
         assert R.busy_cost_per_mtok(svc, d, econ, dur, tok) == pytest.approx(busy, rel=REL)
         o = R.outcome(tr, svc, d, econ, 1)
         # one instance, FCFS: request i starts when it arrives or when i-1 ends
@@ -161,8 +170,29 @@ def test_outcome_and_costs_closed_form():
         ttft = np.asarray(start) - tr.arrival_s + svc.service_s
         np.testing.assert_allclose(o.ttft_s, ttft, rtol=REL)
         assert o.attainment == pytest.approx(np.mean(ttft <= econ.slo_s))
-        assert o.cluster_usd_per_mtok == pytest.approx((d.tp * econ.gpu_usd_per_s + local + pooled) * dur / tok * 1e6,
-                                                       rel=REL)
+        cl = ((d.tp * econ.gpu_usd_per_s + local + pooled) * dur + worn(dur)) / tok * 1e6
+        assert o.cluster_usd_per_mtok == pytest.approx(cl, rel=REL)
         assert o.gpu_seconds == pytest.approx(svc.service_s.sum() * d.tp, rel=REL)
         assert o.gpu_seconds_saved == pytest.approx((svc.nocache_s.sum() - svc.service_s.sum()) * d.tp, rel=REL)
         assert o.hit_rate == pytest.approx(svc.hit_tokens.sum() / tok)
+
+
+def test_service_time_with_writes_is_the_fixed_point():
+    """With nothing in HBM or DRAM every block accessed is demoted (written) to the NVMe tier; the
+    writes per busy instance-second take drive time from reads by the mixed-load rule."""
+    tr, hc = _tiny()
+    d = T.Deployment(hbm_cache_fraction=0.0, local_dram_bytes=0.0, nvme_drives=1, nvme_write_bw=0.05e9)
+    tiers = T.build_tiers("nvme", d)
+    svc = R.service_times(tr, hc, tiers, d, config="nvme")
+    nv = tiers[2]
+    assert svc.written_bytes[2] == pytest.approx(tr.block_tokens.sum() * nv.bytes_per_token)
+    assert svc.written_bytes[0] == 0 and svc.written_bytes[1] == 0
+    B = svc.service_s.sum()
+    k = nv.interference
+    f = 1 - k * (svc.written_bytes[2] / B) / nv.write_bw
+    assert 0 < f < 1 and svc.read_factor[2] == pytest.approx(f, rel=1e-9)
+    comp, load, total = _closed_form_service(tr, svc.hit_tokens, tiers, d, svc.read_factor)
+    np.testing.assert_allclose(svc.load_s, load, rtol=REL)
+    np.testing.assert_allclose(svc.service_s, total, rtol=REL)
+    dry = R.service_times(tr, hc, tiers, d, config="nvme", writes=False)
+    assert svc.load_s[1] > dry.load_s[1]

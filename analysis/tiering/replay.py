@@ -23,6 +23,7 @@ Costs: GPUs at ``gpu_usd_per_s`` each, tiers at their amortised capex + energy. 
 """
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ import numpy as np
 from .. import kv, roofline
 from ..specs import model as _model
 from .hitcurve import HitCurve
+from .endurance import read_factor, written_tokens
 from .tiers import CONFIGS, Deployment, Tier, build_tiers
 
 
@@ -46,9 +48,22 @@ class Service:
     load_s: np.ndarray
     service_s: np.ndarray
     nocache_s: np.ndarray       # service time with nothing cached (same model, GPU, efficiency)
+    written_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per tier, over the trace
+    read_factor: np.ndarray = field(default_factory=lambda: np.zeros(0))    # read bandwidth kept under writes
 
 
-def service_times(trace, hc: HitCurve, tiers: list[Tier], d: Deployment, *, config: str = "") -> Service:
+def _load_times(hits, tiers, factor):
+    load = np.zeros(hits.shape[0])
+    for j, t in enumerate(tiers):
+        if math.isinf(t.bandwidth):
+            continue
+        bw = t.bandwidth * factor[j]
+        load += np.where(hits[:, j] > 0, hits[:, j] * t.bytes_per_token / bw + t.latency_s, 0.0)
+    return load
+
+
+def service_times(trace, hc: HitCurve, tiers: list[Tier], d: Deployment, *, config: str = "",
+                  writes: bool = True) -> Service:
     L = trace.input_tokens.astype(float)
     caps = [math.floor(t.capacity_tokens / trace.block_size) for t in tiers]
     hits = hc.tier_split(caps).astype(float)
@@ -64,16 +79,40 @@ def service_times(trace, hc: HitCurve, tiers: list[Tier], d: Deployment, *, conf
             over = over - take
     comp = np.asarray(roofline.prefill_time(d.model, d.gpu, n_new, prefix, n_gpus=d.tp, dtype=d.weight_dtype,
                                             kv_dtype=d.kv_dtype, compute_eff=d.compute_eff), dtype=float)
-    load = np.zeros_like(L)
-    for j, t in enumerate(tiers):
-        if math.isinf(t.bandwidth):
-            continue
-        load += np.where(hits[:, j] > 0, hits[:, j] * t.bytes_per_token / t.bandwidth + t.latency_s, 0.0)
     layers = _model(d.model).n_layers
-    svc = np.maximum(comp, load) + np.minimum(comp, load) / layers
+
+    def serve(factor):
+        load = _load_times(hits, tiers, factor)
+        return load, np.maximum(comp, load) + np.minimum(comp, load) / layers
+
+    written = written_tokens(trace, hc, caps) if writes else np.zeros(len(tiers))
+    wbytes = written * np.array([t.bytes_per_token for t in tiers])
+    ones = np.ones(len(tiers))
+    load, svc = serve(ones)
+    factor = ones
+    if np.any(wbytes[[np.isfinite(t.write_bw) for t in tiers]] > 0):
+        # writes per busy instance-second (wbytes / B) take drive time from reads, which lengthens
+        # service and so B: solve B = sum(service(B)) by bisection (the right side falls with B)
+        def fac(B):
+            f = np.array([read_factor(w / B, t.write_bw, t.interference) if np.isfinite(t.write_bw) else 1.0
+                          for w, t in zip(wbytes, tiers)])
+            return np.maximum(f, 1e-12)  # saturated by writes: no reads (B grows until the writes fit)
+
+        lo = float(svc.sum())
+        hi = lo
+        while float(serve(fac(hi))[1].sum()) > hi:
+            hi *= 2.0
+        for _ in range(60):
+            mid = 0.5 * (lo + hi)
+            if float(serve(fac(mid))[1].sum()) > mid:
+                lo = mid
+            else:
+                hi = mid
+        factor = fac(hi)
+        load, svc = serve(factor)
     nocache = np.asarray(roofline.prefill_time(d.model, d.gpu, L, 0, n_gpus=d.tp, dtype=d.weight_dtype,
                                                kv_dtype=d.kv_dtype, compute_eff=d.compute_eff), dtype=float)
-    return Service(config, tiers, hits, comp, load, svc, nocache)
+    return Service(config, tiers, hits, comp, load, svc, nocache, wbytes, factor)
 
 
 def fcfs_start_times(arrival_s: np.ndarray, service_s: np.ndarray, n_instances: int) -> np.ndarray:
@@ -135,11 +174,31 @@ def _tier_costs(tiers):
     return local, pooled
 
 
+def wear(svc: Service, instance_s: float) -> list[dict]:
+    """Per tier: bytes written, their wear cost, and whether endurance (not the amortisation period)
+    sets the drives' capital cost over ``instance_s`` instance-seconds of use."""
+    out = []
+    wb = svc.written_bytes if svc.written_bytes.size else np.zeros(len(svc.tiers))
+    for t, w in zip(svc.tiers, wb):
+        worn = float(w) * t.usd_per_byte_written
+        amort = instance_s * t.capex_usd_per_s
+        cap_bytes = t.capacity_tokens * t.bytes_per_token
+        per_s = float(w) / instance_s if instance_s > 0 else 0.0
+        out.append({"tier": t.key, "name": t.name, "written_bytes": float(w), "wear_usd": worn,
+                    "amortised_usd": amort, "extra_usd": max(0.0, worn - amort) if t.usd_per_byte_written else 0.0,
+                    "endurance_decides": bool(t.usd_per_byte_written and worn > amort),
+                    "dwpd_used": per_s * 86400.0 / cap_bytes if cap_bytes > 0 and np.isfinite(t.tbw_bytes) else 0.0,
+                    "write_rate": per_s})
+    return out
+
+
 def busy_cost_per_mtok(svc: Service, d: Deployment, econ: Economics, duration_s: float, tokens: float) -> float:
-    """USD per million input tokens for the GPU time used plus the tiers (see module docstring)."""
+    """USD per million input tokens for the GPU time used plus the tiers (see module docstring);
+    a drive costs the larger of its amortisation and its wear (:mod:`analysis.tiering.endurance`)."""
     local, pooled = _tier_costs(svc.tiers)
     busy_instance_s = float(svc.service_s.sum())
     usd = busy_instance_s * (d.tp * econ.gpu_usd_per_s + local) + pooled * duration_s
+    usd += sum(w["extra_usd"] for w in wear(svc, busy_instance_s))
     return usd / tokens * 1e6
 
 
@@ -150,7 +209,8 @@ def outcome(trace, svc: Service, d: Deployment, econ: Economics, n_instances: in
     duration = max(float(arr[-1] - arr[0]), 1.0)
     tokens = float(trace.input_tokens.sum())
     local, pooled = _tier_costs(svc.tiers)
-    cluster = (n_instances * (d.tp * econ.gpu_usd_per_s + local) + pooled) * duration / tokens * 1e6
+    worn = sum(w["extra_usd"] for w in wear(svc, n_instances * duration))
+    cluster = ((n_instances * (d.tp * econ.gpu_usd_per_s + local) + pooled) * duration + worn) / tokens * 1e6
     per_tier = {t.name: float(svc.hit_tokens[:, j].sum() / tokens) for j, t in enumerate(svc.tiers)}
     return Outcome(
         svc.config, CONFIGS.get(svc.config, (svc.config,))[0], int(n_instances), ttft,
@@ -215,6 +275,30 @@ def compare(trace, hc: HitCurve, d: Deployment, econ: Economics, configs=None, m
     return rows, outcomes
 
 
+def write_rows(trace, outcomes: dict, econ: Economics) -> list[dict]:
+    """Per configuration and written tier: bytes written per hour of the trace, the drives' rated
+    and used drive-writes per day (per busy instance), the read bandwidth kept under those writes,
+    and wear against amortisation, in the busy view and for the SLO-sized cluster."""
+    rows = []
+    hours = max(float(trace.arrival_s[-1] / econ.load_scale), 1.0) / 3600.0
+    for c, (svc, o) in outcomes.items():
+        busy_s = float(svc.service_s.sum())
+        cl = {w["tier"]: w for w in wear(svc, o.n_instances * hours * 3600.0)} if o else {}
+        for j, (t, w) in enumerate(zip(svc.tiers, wear(svc, busy_s))):
+            if w["written_bytes"] <= 0:
+                continue
+            rows.append({
+                "config": c, "label": CONFIGS[c][0], "tier": t.name, "tb_written_per_h": w["written_bytes"] / 1e12 / hours,
+                "dwpd_rated": t.dwpd if t.dwpd else np.nan, "dwpd_used_busy": w["dwpd_used"] if np.isfinite(t.tbw_bytes) else np.nan,
+                "read_factor": float(svc.read_factor[j]) if svc.read_factor.size else 1.0,
+                "wear_usd_per_h": w["wear_usd"] / hours, "amortised_usd_per_h_busy": w["amortised_usd"] / hours,
+                "endurance_decides_busy": w["endurance_decides"],
+                "instances": o.n_instances if o else np.nan,
+                "endurance_decides_cluster": cl[t.key]["endurance_decides"] if o else None,
+            })
+    return rows
+
+
 def pareto_front(points) -> np.ndarray:
     """Boolean mask of the points (cost, latency) not dominated by any other (both minimised)."""
     pts = np.asarray(points, dtype=float)
@@ -257,8 +341,7 @@ def breakeven_grid(trace, hc: HitCurve, d: Deployment, econ: Economics, prices_u
         for j, pr in enumerate(prices_usd_per_tb):
             dp = dd.replace(nvme_usd_per_byte=float(pr) * 1e-12)
             # only the tier cost depends on price: rebuild tiers, reuse service times
-            svc_p = Service(svc.config, build_tiers(config, dp), svc.hit_tokens, svc.compute_s, svc.load_s,
-                            svc.service_s, svc.nocache_s)
+            svc_p = dataclasses.replace(svc, tiers=build_tiers(config, dp))
             out[i, j] = busy_cost_per_mtok(svc_p, dp, econ, duration, tokens) - base
     return out, base
 

@@ -33,6 +33,7 @@ import math
 from dataclasses import dataclass
 
 from .. import kv
+from . import endurance as _endurance
 from ..specs import gpu as _gpu, hardware as _hw, model as _model
 
 YEAR_S = 365.25 * 86400.0
@@ -89,6 +90,12 @@ class Deployment:
     storage_lifetime_s: float = 5 * YEAR_S
     electricity_usd_per_j: float = 0.10 / 3.6e6
     pue: float = 1.3
+    write_amplification: float = 1.0          # NAND bytes per host byte, relative to the DWPD rating workload
+    mixed_interference: float = 0.0           # k of the mixed read/write rule; 0 = from the drive's datasheet
+    nvme_dwpd: float | None = None            # None = the drive's datasheet rating
+    qlc_dwpd: float | None = None
+    ai_ssd_dwpd: float | None = None
+    nvme_write_bw: float | None = None        # bytes/s per drive; None = the drive's seq_write
 
     def replace(self, **changes) -> "Deployment":
         new = dataclasses.replace(self, **changes)
@@ -112,6 +119,13 @@ class Deployment:
             bad.append(f"ai_ssd_bits must be one of 2, 3, 4, 5, 6, 8, 16, got {self.ai_ssd_bits!r}")
         if self.data_path not in DATA_PATHS:
             bad.append(f"data_path must be one of {DATA_PATHS}, got {self.data_path!r}")
+        if self.write_amplification <= 0:
+            bad.append(f"write_amplification must be > 0, got {self.write_amplification!r}")
+        for f in ("nvme_dwpd", "qlc_dwpd", "ai_ssd_dwpd", "nvme_write_bw"):
+            v = getattr(self, f)
+            if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                what = "endurance (drive writes per day)" if "dwpd" in f else "write bandwidth (bytes/s)"
+                bad.append(f"{f} must be a {what} > 0 (or None for the datasheet value), got {v!r}")
         if self.pue < 1:
             bad.append(f"pue must be >= 1, got {self.pue!r}")
         if bad:
@@ -149,6 +163,12 @@ class Tier:
     local: bool                 # one per instance (True) or shared by the cluster (False)
     path: str
     limit: str                  # what bounds the bandwidth
+    capex_usd_per_s: float = 0.0        # the capital part of usd_per_s (amortised over the lifetime)
+    usd_per_byte_written: float = 0.0   # wear: price / rated bytes written x write amplification (0: no wear)
+    write_bw: float = math.inf          # bytes/s the tier absorbs (all drives; before mixed-load sharing)
+    interference: float = 1.0           # k of the mixed read/write rule
+    tbw_bytes: float = math.inf         # rated host bytes writable (all drives)
+    dwpd: float = 0.0                   # rated drive writes per day (0: not a drive)
 
     @property
     def token_rate(self) -> float:
@@ -189,15 +209,17 @@ def build_tier(key: str, d: Deployment) -> Tier:
         bw = d.bw_eff * min(d.gpu_link_bw, d.host_dram_bw)
         limit = "GPU host links" if d.gpu_link_bw <= d.host_dram_bw else "host DRAM"
         power = d.local_dram_bytes / dr["module_capacity"] * dr["power"]
-        cost = capex_usd_per_s(d.local_dram_bytes * d.dram_usd_per_byte, d) + energy_usd_per_s(power, d)
-        return Tier("dram", "local DRAM", d.local_dram_bytes / bpt, bw, bpt, 2e-6, cost, True, "dma", limit)
+        capex = capex_usd_per_s(d.local_dram_bytes * d.dram_usd_per_byte, d)
+        cost = capex + energy_usd_per_s(power, d)
+        return Tier("dram", "local DRAM", d.local_dram_bytes / bpt, bw, bpt, 2e-6, cost, True, "dma", limit, capex)
     if key == "cxl":
         c = _hw(d.cxl_name, "cxl")
         cap = d.cxl_devices * c["capacity"]
         bw = d.bw_eff * min(d.cxl_devices * c["bandwidth"], d.gpu_link_bw)
         limit = "CXL devices" if d.cxl_devices * c["bandwidth"] <= d.gpu_link_bw else "GPU host links"
-        cost = capex_usd_per_s(cap * d.cxl_usd_per_byte, d) + energy_usd_per_s(d.cxl_devices * c["power"], d)
-        return Tier("cxl", "CXL memory", cap / bpt, bw, bpt, 3e-6, cost, True, "dma", limit)
+        capex = capex_usd_per_s(cap * d.cxl_usd_per_byte, d)
+        cost = capex + energy_usd_per_s(d.cxl_devices * c["power"], d)
+        return Tier("cxl", "CXL memory", cap / bpt, bw, bpt, 3e-6, cost, True, "dma", limit, capex)
     if key == "pool":
         nic = _hw(d.nic_name, "nic")
         dr = _hw(d.dram_name, "dram")
@@ -205,8 +227,10 @@ def build_tier(key: str, d: Deployment) -> Tier:
         bw, limit = delivered_bandwidth(d.nics_per_instance * nic["bandwidth"], math.inf, d)
         limit = "RDMA NICs" if limit == "devices" else limit
         power = cap / dr["module_capacity"] * dr["power"]
-        cost = capex_usd_per_s(cap * d.dram_usd_per_byte, d) + energy_usd_per_s(power, d)
-        return Tier("pool", "pooled DRAM (RDMA)", cap / bpt, bw, bpt, d.rdma_latency_s, cost, False, d.data_path, limit)
+        capex = capex_usd_per_s(cap * d.dram_usd_per_byte, d)
+        cost = capex + energy_usd_per_s(power, d)
+        return Tier("pool", "pooled DRAM (RDMA)", cap / bpt, bw, bpt, d.rdma_latency_s, cost, False, d.data_path,
+                    limit, capex)
     if key in ("nvme", "qlc", "ai_ssd"):
         name = {"nvme": d.nvme_name, "qlc": d.qlc_name, "ai_ssd": d.ai_ssd_name}[key]
         n = {"nvme": d.nvme_drives, "qlc": d.qlc_drives, "ai_ssd": d.ai_ssd_drives}[key]
@@ -217,9 +241,18 @@ def build_tier(key: str, d: Deployment) -> Tier:
         limit = "drives" if limit == "devices" else limit
         stored = bpt * (d.ai_ssd_bits / 16.0 if key == "ai_ssd" else 1.0)
         cap = n * s["capacity"]
-        cost = capex_usd_per_s(cap * price, d) + energy_usd_per_s(n * s["power"], d)
+        capex = capex_usd_per_s(cap * price, d)
+        cost = capex + energy_usd_per_s(n * s["power"], d)
         label = {"nvme": "NVMe Gen5 TLC", "qlc": "QLC", "ai_ssd": f"AI SSD (int{d.ai_ssd_bits} in drive)"}[key]
-        return Tier(key, label, cap / stored, bw, stored, s["read_latency"], cost, True, d.data_path, limit)
+        dwpd = {"nvme": d.nvme_dwpd, "qlc": d.qlc_dwpd, "ai_ssd": d.ai_ssd_dwpd}[key]
+        rating = _endurance.drive_rating(name, dwpd, d.nvme_write_bw if key == "nvme" else None)
+        k = d.mixed_interference if d.mixed_interference > 0 else _endurance.write_interference(name)
+        # writes cross the drives (and, on the bounce path, the same host copy) like reads do
+        wbw = delivered_bandwidth(n * rating["write_bw"], n * s["interface_bandwidth"], d)[0]
+        tbw = n * rating["tbw_bytes"]
+        per_byte = (cap * price) / tbw * d.write_amplification if n else 0.0
+        return Tier(key, label, cap / stored, bw, stored, s["read_latency"], cost, True, d.data_path, limit, capex,
+                    per_byte, wbw, k, tbw, rating["dwpd"])
     raise ValueError(f"unknown tier {key!r}; tiers: hbm, dram, cxl, pool, nvme, qlc, ai_ssd")
 
 
