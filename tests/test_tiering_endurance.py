@@ -80,7 +80,8 @@ def test_drive_rating_closed_form_and_datasheet_tbw():
     assert E.read_factor(1e9, 10e9, k) == pytest.approx(1 - k * 0.1)
 
 
-@pytest.mark.parametrize("kw,msg", [({"nvme_dwpd": 0.0}, "nvme_dwpd"), ({"nvme_write_bw": -1e9}, "nvme_write_bw"),
+@pytest.mark.parametrize("kw,msg", [({"nvme_dwpd": 0.0}, "nvme_dwpd"),
+                                    ({"nvme_write_bw": -1e9}, "nvme_write_bw"),
                                     ({"qlc_dwpd": float("nan")}, "qlc_dwpd"),
                                     ({"write_amplification": 0.0}, "write_amplification")])
 def test_bad_drive_inputs_fail_before_work(kw, msg):
@@ -98,7 +99,8 @@ def test_ssd_tier_wear_price():
     s = hardware(d.nvme_name, "ssd")
     tbw = d.nvme_drives * 3 * s["capacity"] * s["warranty"] / 86400
     assert t.tbw_bytes == pytest.approx(tbw)
-    assert t.usd_per_byte_written == pytest.approx(d.nvme_drives * s["capacity"] * d.nvme_usd_per_byte / tbw * 2.0)
+    price = d.nvme_drives * s["capacity"] * d.nvme_usd_per_byte
+    assert t.usd_per_byte_written == pytest.approx(price / tbw * 2.0)
     assert t.write_bw == pytest.approx(d.bw_eff * d.nvme_drives * s["seq_write"])
     assert T.build_tier("dram", d).usd_per_byte_written == 0.0
 

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from analysis import roofline
-from analysis.specs import gpu as _gpu, hardware as _hw, model as _model
+from analysis.specs import gpu as _gpu
+from analysis.specs import hardware as _hw
+from analysis.specs import model as _model
 from analysis.tiering import from_requests, lru_hit_curve
 from analysis.tiering import replay as R
 from analysis.tiering import tiers as T
@@ -33,7 +35,8 @@ def test_dram_tier_closed_form_and_its_energy_term():
     power = d.local_dram_bytes / dr["module_capacity"] * dr["power"]
     capex = d.local_dram_bytes * d.dram_usd_per_byte / d.storage_lifetime_s
     assert t.usd_per_s == pytest.approx(capex + _energy(power, d), rel=REL)
-    assert t.latency_s == 2e-6 and t.capacity_tokens == pytest.approx(d.local_dram_bytes / d.kv_bytes_per_token)
+    assert t.latency_s == 2e-6
+    assert t.capacity_tokens == pytest.approx(d.local_dram_bytes / d.kv_bytes_per_token)
     # the energy term alone: tripling the electricity price adds exactly twice the energy cost
     t3 = T.build_tier("dram", d.replace(electricity_usd_per_j=3 * d.electricity_usd_per_j))
     assert t3.usd_per_s - t.usd_per_s == pytest.approx(2 * _energy(power, d), rel=1e-9)
@@ -98,7 +101,8 @@ def _closed_form_service(tr, hits, tiers, d, factor=None):
     factor = np.ones(len(tiers)) if factor is None else factor
     L = tr.input_tokens.astype(float)
     n_new = L - hits.sum(axis=1)
-    comp = np.asarray(roofline.prefill_time(d.model, d.gpu, n_new, L - n_new, n_gpus=d.tp, dtype=d.weight_dtype,
+    comp = np.asarray(roofline.prefill_time(d.model, d.gpu, n_new, L - n_new, n_gpus=d.tp,
+                                            dtype=d.weight_dtype,
                                             kv_dtype=d.kv_dtype, compute_eff=d.compute_eff))
     load = np.zeros_like(L)
     for j, t in enumerate(tiers):
@@ -173,7 +177,8 @@ def test_outcome_and_costs_closed_form():
         cl = ((d.tp * econ.gpu_usd_per_s + local + pooled) * dur + worn(dur)) / tok * 1e6
         assert o.cluster_usd_per_mtok == pytest.approx(cl, rel=REL)
         assert o.gpu_seconds == pytest.approx(svc.service_s.sum() * d.tp, rel=REL)
-        assert o.gpu_seconds_saved == pytest.approx((svc.nocache_s.sum() - svc.service_s.sum()) * d.tp, rel=REL)
+        saved = (svc.nocache_s.sum() - svc.service_s.sum()) * d.tp
+        assert o.gpu_seconds_saved == pytest.approx(saved, rel=REL)
         assert o.hit_rate == pytest.approx(svc.hit_tokens.sum() / tok)
 
 
