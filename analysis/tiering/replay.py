@@ -64,9 +64,19 @@ def _load_times(hits, tiers, factor):
 
 def service_times(trace, hc: HitCurve, tiers: list[Tier], d: Deployment, *, config: str = "",
                   writes: bool = True) -> Service:
-    L = trace.input_tokens.astype(float)
+    """Service times with the hits and writes of the single LRU stack cut into ``tiers``."""
     caps = [math.floor(t.capacity_tokens / trace.block_size) for t in tiers]
     hits = hc.tier_split(caps).astype(float)
+    written = written_tokens(trace, hc, caps) if writes else np.zeros(len(tiers))
+    return service_from_hits(trace, hits, written, tiers, d, config=config)
+
+
+def service_from_hits(trace, hits, written_tokens_per_tier, tiers: list[Tier], d: Deployment, *,
+                      config: str = "") -> Service:
+    """Service times of each request given its hit tokens per tier (``(n_requests, n_tiers)``) and
+    the tokens written into each tier over the trace (see the module docstring)."""
+    L = trace.input_tokens.astype(float)
+    hits = np.array(hits, dtype=float)
     total = hits.sum(axis=1)
     n_new = np.maximum(L - total, 1.0)
     prefix = L - n_new
@@ -85,8 +95,7 @@ def service_times(trace, hc: HitCurve, tiers: list[Tier], d: Deployment, *, conf
         load = _load_times(hits, tiers, factor)
         return load, np.maximum(comp, load) + np.minimum(comp, load) / layers
 
-    written = written_tokens(trace, hc, caps) if writes else np.zeros(len(tiers))
-    wbytes = written * np.array([t.bytes_per_token for t in tiers])
+    wbytes = np.asarray(written_tokens_per_tier, dtype=float) * np.array([t.bytes_per_token for t in tiers])
     ones = np.ones(len(tiers))
     load, svc = serve(ones)
     factor = ones
