@@ -96,7 +96,7 @@ def _econ(d, **kw):
 
 def test_cost_non_increasing_in_bandwidth_and_non_decreasing_in_price(small):
     tr, hc = small
-    d = T.Deployment(local_dram_bytes=50e9, nvme_drives=1)
+    d = T.Deployment(local_dram_bytes=50e9, nvme_drives=4)  # 4 drives: the writes fit beside the reads
     econ = _econ(d)
     dur, tok = float(tr.arrival_s[-1]), float(tr.input_tokens.sum())
 

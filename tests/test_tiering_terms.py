@@ -113,7 +113,7 @@ def _closed_form_service(tr, hits, tiers, d, factor=None):
     return comp, load, np.maximum(comp, load) + np.minimum(comp, load) / layers
 
 
-@pytest.mark.parametrize("drives,bw", [(16, 0.0), (2, 0.05e9)])  # compute-bound; load-bound
+@pytest.mark.parametrize("drives,bw", [(16, 0.0), (2, 0.0)])  # compute-bound; load-bound
 def test_service_time_closed_form(drives, bw):
     tr, hc = _tiny()
     d = T.Deployment(hbm_cache_fraction=0.0, local_dram_bytes=0.0, nvme_drives=drives, nvme_bw_override=bw)
@@ -135,13 +135,27 @@ def test_service_time_closed_form(drives, bw):
     # overlap: neither the plain sum nor the plain max
     assert svc.service_s[1] < svc.compute_s[1] + svc.load_s[1]
     assert svc.service_s[1] > max(svc.compute_s[1], svc.load_s[1])
-    if bw:
+    if drives == 2:
         assert svc.load_s[1] > svc.compute_s[1]  # the load-bound branch of the overlap rule
     else:
         assert svc.load_s[1] < svc.compute_s[1]
     full = roofline.prefill_time(d.model, d.gpu, tr.input_tokens.astype(float), 0, n_gpus=d.tp,
                                  kv_dtype=d.kv_dtype, compute_eff=d.compute_eff)
     np.testing.assert_allclose(svc.nocache_s, full, rtol=REL)
+    assert np.all(svc.service_s[1:3] < full[1:3])
+
+
+def test_slow_tier_recomputes_instead():
+    """When loading the prefix (overlapped) is slower than recomputing the prompt, the request
+    recomputes and uses none of its cached tokens."""
+    tr, hc = _tiny()
+    d = T.Deployment(hbm_cache_fraction=0.0, local_dram_bytes=0.0, nvme_drives=2, nvme_bw_override=0.05e9)
+    tiers = T.build_tiers("nvme", d)
+    svc = R.service_times(tr, hc, tiers, d, config="nvme", writes=False)
+    assert svc.hit_tokens.sum() == 0 and np.all(svc.load_s == 0)
+    np.testing.assert_allclose(svc.service_s, svc.nocache_s, rtol=REL)
+    _, _, total = _closed_form_service(tr, np.array([[0, 0, 0], [0, 0, 1536], [0, 0, 1535], [0, 0, 0]]), tiers, d)
+    assert np.all(total[1:3] > svc.nocache_s[1:3])   # loading would have been slower
 
 
 def test_outcome_and_costs_closed_form():
@@ -186,7 +200,7 @@ def test_service_time_with_writes_is_the_fixed_point():
     """With nothing in HBM or DRAM every block accessed is demoted (written) to the NVMe tier; the
     writes per busy instance-second take drive time from reads by the mixed-load rule."""
     tr, hc = _tiny()
-    d = T.Deployment(hbm_cache_fraction=0.0, local_dram_bytes=0.0, nvme_drives=1, nvme_write_bw=0.05e9)
+    d = T.Deployment(hbm_cache_fraction=0.0, local_dram_bytes=0.0, nvme_drives=16, nvme_write_bw=2e9)
     tiers = T.build_tiers("nvme", d)
     svc = R.service_times(tr, hc, tiers, d, config="nvme")
     nv = tiers[2]

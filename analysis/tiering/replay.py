@@ -9,7 +9,8 @@ Model (every assumption explicit):
 * compute time = roofline prefill time of ``n_i`` new tokens after the prefix on ``tp`` GPUs at
   ``compute_eff`` (quadratic attention term included); load time = sum over tiers of
   ``h_ij * stored bytes per token / bandwidth_j`` plus the tier's latency;
-* loading is overlapped layer by layer with computation: service = ``max(c, l) + min(c, l) / layers``;
+* loading is overlapped layer by layer with computation: service = ``max(c, l) + min(c, l) / layers``,
+  unless recomputing the whole prompt is faster (then it recomputes and uses no cached token);
 * instances serve one prefill at a time, first come first served, in the trace's arrival order
   (arrival times divided by ``load_scale``); TTFT = queueing + service.
 
@@ -89,11 +90,15 @@ def service_from_hits(trace, hits, written_tokens_per_tier, tiers: list[Tier], d
             over = over - take
     comp = np.asarray(roofline.prefill_time(d.model, d.gpu, n_new, prefix, n_gpus=d.tp, dtype=d.weight_dtype,
                                             kv_dtype=d.kv_dtype, compute_eff=d.compute_eff), dtype=float)
+    nocache = np.asarray(roofline.prefill_time(d.model, d.gpu, L, 0, n_gpus=d.tp, dtype=d.weight_dtype,
+                                               kv_dtype=d.kv_dtype, compute_eff=d.compute_eff), dtype=float)
     layers = _model(d.model).n_layers
 
     def serve(factor):
+        # load the cached prefix (overlapped layer by layer) or recompute the whole prompt, whichever
+        # is faster (Mooncake's load-vs-recompute decision, per request)
         load = _load_times(hits, tiers, factor)
-        return load, np.maximum(comp, load) + np.minimum(comp, load) / layers
+        return load, np.minimum(np.maximum(comp, load) + np.minimum(comp, load) / layers, nocache)
 
     wbytes = np.asarray(written_tokens_per_tier, dtype=float) * np.array([t.bytes_per_token for t in tiers])
     ones = np.ones(len(tiers))
@@ -119,8 +124,10 @@ def service_from_hits(trace, hits, written_tokens_per_tier, tiers: list[Tier], d
                 hi = mid
         factor = fac(hi)
         load, svc = serve(factor)
-    nocache = np.asarray(roofline.prefill_time(d.model, d.gpu, L, 0, n_gpus=d.tp, dtype=d.weight_dtype,
-                                               kv_dtype=d.kv_dtype, compute_eff=d.compute_eff), dtype=float)
+    # requests that recompute rather than load use none of their cached tokens
+    hits[svc >= nocache] = 0.0
+    load = np.where(svc >= nocache, 0.0, load)
+    comp = np.where(svc >= nocache, nocache, comp)
     return Service(config, tiers, hits, comp, load, svc, nocache, wbytes, factor)
 
 
