@@ -362,15 +362,60 @@ def breakeven_grid(trace, hc: HitCurve, d: Deployment, econ: Economics, prices_u
     return out, base
 
 
+def breakeven_price(trace, hc: HitCurve, d: Deployment, econ: Economics, bw_gb_s: float, *, config: str = "nvme",
+                    baseline: str = "dram") -> float:
+    """SSD price (USD/TB) at which ``config`` costs as much per token as ``baseline`` (busy view) for
+    drives of ``bw_gb_s`` read bandwidth each. The cost is linear in the price (service times do
+    not depend on it; amortisation and wear both scale with it), so two prices give the zero
+    exactly. NaN when the SSD tier never pays (dearer even when free); inf when it always pays."""
+    grid, _ = breakeven_grid(trace, hc, d, econ, [0.0, 1000.0], [bw_gb_s], config=config, baseline=baseline)
+    d0, d1 = grid[0]
+    slope = (d1 - d0) / 1000.0
+    if d0 >= 0:
+        return float("nan")
+    return float("inf") if slope <= 0 else float(-d0 / slope)
+
+
+def endurance_grid(trace, hc: HitCurve, d: Deployment, econ: Economics, dwpds, prices_usd_per_tb, *,
+                   config: str = "nvme", baseline: str = "dram"):
+    """Busy cost per M tokens of ``config`` minus ``baseline`` over the NVMe drives' endurance
+    (DWPD) x price: where the SSD tier pays once wear is charged. Returns (delta [dwpd, price],
+    baseline cost)."""
+    duration = max(float(trace.arrival_s[-1] / econ.load_scale), 1.0)
+    tokens = float(trace.input_tokens.sum())
+    base = busy_cost_per_mtok(service_times(trace, hc, build_tiers(baseline, d), d), d, econ, duration, tokens)
+    svc = service_times(trace, hc, build_tiers(config, d), d)  # endurance and price leave service times alone
+    out = np.empty((len(dwpds), len(prices_usd_per_tb)))
+    for i, w in enumerate(dwpds):
+        for j, pr in enumerate(prices_usd_per_tb):
+            dp = d.replace(nvme_dwpd=float(w), nvme_usd_per_byte=float(pr) * 1e-12)
+            out[i, j] = busy_cost_per_mtok(dataclasses.replace(svc, tiers=build_tiers(config, dp)), dp, econ,
+                                           duration, tokens) - base
+    return out, base
+
+
+def busy_instances(svc: Service, duration_s: float) -> int:
+    """Instances kept busy on average (the cluster size the busy view implies), at least one."""
+    return max(1, math.ceil(float(svc.service_s.sum()) / duration_s))
+
+
 def tornado(trace, hc: HitCurve, d: Deployment, econ: Economics, config: str, factors: dict):
     """Busy cost per M tokens when each input moves to its low and high value.
 
-    ``factors``: name -> (field, low, high) where field is a Deployment field or 'gpu_usd_per_s'."""
+    ``factors``: name -> (field, low, high) where field is a Deployment field, 'gpu_usd_per_s', or
+    'routing' (values: 'ideal' for the single stack, or a policy of :mod:`analysis.tiering.cluster`
+    at the number of instances the busy view keeps busy)."""
     duration = max(float(trace.arrival_s[-1] / econ.load_scale), 1.0)
     tokens = float(trace.input_tokens.sum())
 
-    def cost(dd, ee):
-        return busy_cost_per_mtok(service_times(trace, hc, build_tiers(config, dd), dd), dd, ee, duration, tokens)
+    def cost(dd, ee, routing="ideal"):
+        tiers = build_tiers(config, dd)
+        svc = service_times(trace, hc, tiers, dd)
+        if routing != "ideal":
+            from .cluster import routed_service
+            n = min(busy_instances(svc, duration), trace.n_requests)
+            svc, _ = routed_service(trace, tiers, dd, n, routing, full_s=svc.nocache_s, load_scale=ee.load_scale)
+        return busy_cost_per_mtok(svc, dd, ee, duration, tokens)
 
     base = cost(d, econ)
     rows = []
@@ -379,6 +424,8 @@ def tornado(trace, hc: HitCurve, d: Deployment, econ: Economics, config: str, fa
         for v in (lo, hi):
             if fld == "gpu_usd_per_s":
                 vals.append(cost(d, Economics(v, econ.slo_s, econ.attainment_target, econ.load_scale)))
+            elif fld == "routing":
+                vals.append(cost(d, econ, v))
             else:
                 vals.append(cost(d.replace(**{fld: v}), econ))
         rows.append({"input": name, "field": fld, "low_value": lo, "high_value": hi,
@@ -389,3 +436,15 @@ def tornado(trace, hc: HitCurve, d: Deployment, econ: Economics, config: str, fa
 
 def kv_bytes_per_token(d: Deployment) -> float:
     return kv.kv_bytes_per_token_all_layers(d.model, d.kv_dtype)
+
+
+def endurance_summary(wrows: list[dict]) -> dict:
+    """Verdict values of the write-path section from :func:`write_rows`: the SSD tiers where wear,
+    not amortisation, sets the drives' cost (busy view), and the largest ratio of drive writes per
+    day used to rated."""
+    ssd = [r for r in wrows if r["dwpd_rated"] == r["dwpd_rated"]]
+    decides = [r["label"] for r in ssd if r["endurance_decides_busy"]]
+    worst = max(ssd, key=lambda r: r["dwpd_used_busy"] / r["dwpd_rated"]) if ssd else None
+    return {"endurance_decides": decides, "n_ssd_configs": len(ssd),
+            "worst_label": worst["label"] if worst else "none",
+            "worst_ratio": worst["dwpd_used_busy"] / worst["dwpd_rated"] if worst else float("nan")}

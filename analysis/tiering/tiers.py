@@ -264,6 +264,19 @@ def build_tiers(config: str, d: Deployment) -> list[Tier]:
     return [build_tier(k, d) for k in CONFIGS[config][1]]
 
 
+def scaling_knee(d: Deployment, path: str, key: str = "nvme", max_drives: int = 256) -> tuple[int, float]:
+    """Number of drives after which the delivered bandwidth of tier ``key`` stops growing on data
+    path ``path`` (by more than 0.1% per drive), and that bandwidth (bytes/s)."""
+    field = {"nvme": "nvme_drives", "qlc": "qlc_drives", "ai_ssd": "ai_ssd_drives"}[key]
+    prev = 0.0
+    for n in range(1, max_drives + 1):
+        b = build_tier(key, d.replace(data_path=path, **{field: n})).bandwidth
+        if b <= prev * 1.001:
+            return n - 1, prev
+        prev = b
+    return max_drives, prev
+
+
 def tier_bandwidths(d: Deployment) -> dict:
     """Delivered bytes/s of each tier kind for one instance (for the load-vs-recompute figure);
     the AI SSD's figure is in *bf16-equivalent* KV bytes (its stored bytes are smaller)."""
