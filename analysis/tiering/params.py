@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from ..params import KV_DTYPES, Param
 from ..specs import hardware, hardware_names, model_names
+from .admission import ADMISSION, EVICTION
+from .cluster import ROUTING
 from .policies import POLICIES
 from .tiers import CONFIGS, DATA_PATHS
+
+ADMISSION_RUNS = [f"{e}+{a}" for e in EVICTION for a in ADMISSION]
 
 
 def _price(device, category, quantity, per):
@@ -88,6 +92,40 @@ PARAMS = {
                                "per-drive read bandwidths of the break-even heatmap (GB/s)", min=0.01),
     "tornado_config": Param("nvme", "str", "configuration whose cost the tornado chart perturbs",
                             choices=list(CONFIGS)),
+    # the write path and drive endurance
+    "write_amplification": Param(1.0, "float", "NAND bytes written per host byte, relative to the drives' "
+                                 "DWPD rating workload", min=0.1, max=10.0),
+    "nvme_dwpd": Param(float(hardware("Micron-9550-MAX-25.6TB", "ssd")["dwpd"]), "float",
+                       "NVMe drive endurance (drive writes per day over the warranty; datasheet default)",
+                       min=0.0),
+    "qlc_dwpd": Param(float(hardware("Solidigm-D5-P5336-122.88TB", "ssd")["dwpd"]), "float",
+                      "QLC drive endurance (drive writes per day; datasheet default)", min=0.0),
+    "nvme_write_gb_s": Param(round(hardware("Micron-9550-MAX-25.6TB", "ssd")["seq_write"] / 1e9, 3), "float",
+                             "NVMe drive sequential write bandwidth (GB/s; datasheet default)", min=0.0),
+    "mixed_interference": Param(0.0, "float", "read slowdown per written byte (k of r/R + k w/W <= 1); "
+                                "0 = derived from each drive's 70/30 random IOPS", min=0.0, max=20.0),
+    "endurance_dwpd_grid": Param([0.1, 0.3, 0.58, 1.0, 3.0, 10.0], "list[float]",
+                                 "NVMe endurances (DWPD) of the endurance x price map", min=0.001),
+    # admission and eviction (libCacheSim)
+    "admission_runs": Param(["lru+all", "s3fifo+all", "sieve+all", "arc+all", "wtinylfu+all", "belady+all",
+                             "lru+second_use", "lru+oracle_reuse"], "list[str]",
+                            "eviction+admission pairs simulated with libCacheSim", choices=ADMISSION_RUNS),
+    "admission_capacities_mtok": Param([1.0, 3.0, 10.0], "list[float]",
+                                       "store capacities (million tokens) of the admission curves",
+                                       min=0.0005, max=1e4),
+    "admission_tier": Param("nvme", "str", "drives that hold the store (price, wear, bandwidth)",
+                            choices=["nvme", "qlc", "ai_ssd"]),
+    # a cluster of instances with routing
+    "routing_policies": Param(list(ROUTING), "list[str]", "routing policies of the cluster", choices=list(ROUTING)),
+    "routing_instances": Param([1, 2, 4, 8, 16], "list[int]", "cluster sizes of the routing curves", min=1,
+                               max=4096),
+    "routing_load_scales": Param([1.0, 4.0], "list[float]", "arrival-rate multipliers of the routing curves",
+                                 min=0.01, max=1000.0),
+    "routing_config": Param("dram", "str", "local tiers of each instance in the routing study",
+                            choices=[c for c in CONFIGS if c != "pool"]),
+    "routing_load_slack_s": Param(1.0, "float", "KV-aware routing: queued seconds above the least-loaded "
+                                  "instance beyond which an instance is not eligible", min=0.0),
+    "affinity_blocks": Param(2, "int", "prefix-affinity routing hashes this many leading blocks", min=1, max=64),
 }
 
 
@@ -107,6 +145,9 @@ def deployment(p: dict):
         cpu_copy_cores=p["cpu_copy_cores"], cpu_copy_bw_per_core=p["cpu_copy_gb_s_per_core"] * 1e9,
         storage_lifetime_s=p["storage_lifetime_years"] * YEAR_S,
         electricity_usd_per_j=p["electricity_usd_per_kwh"] / 3.6e6, pue=p["pue"],
+        write_amplification=p.get("write_amplification", 1.0), mixed_interference=p.get("mixed_interference", 0.0),
+        nvme_dwpd=p.get("nvme_dwpd"), qlc_dwpd=p.get("qlc_dwpd"),
+        nvme_write_bw=p["nvme_write_gb_s"] * 1e9 if "nvme_write_gb_s" in p else None,
     ).validate()
 
 
@@ -117,3 +158,16 @@ def economics(p: dict, d):
 
     gpu_s = gpu_usd_per_s(d, p["gpu_cost_basis"], p["gpu_rent_usd_per_hour"] / 3600.0)
     return Economics(gpu_s, p["slo_ttft_s"], p["attainment_target"], p["load_scale"])
+
+
+def check_against_trace(p: dict, trace) -> None:
+    """Checks that need the trace, run as soon as it is read (before any simulation): the routing
+    study's cluster sizes must not exceed the trace's requests."""
+    from .cluster import check
+
+    too_big = [n for n in p.get("routing_instances", []) if n > trace.n_requests]
+    if too_big:
+        raise ValueError(f"routing_instances {too_big} exceed the trace's {trace.n_requests} requests "
+                         f"(trace_requests = {p.get('trace_requests')}): use at most {trace.n_requests} instances")
+    for pol in p.get("routing_policies", []):
+        check(trace, 1, pol, 0)
