@@ -39,7 +39,8 @@ def main(argv=None) -> int:
     for p, adm in RUNS:
         for m in a.capacities_mtok:
             c = max(1, int(m * 1e6 / tr.block_size))
-            best = min(_timed(lambda: A.simulate(tr, c, p, adm, hc, library_lru=True)) for _ in range(a.repeat))
+            best = min(_timed(lambda: A.simulate(tr, c, p, adm, hc, library_lru=True))
+                       for _ in range(a.repeat))
             worst = max(worst, best)
             print(f"{p:>9} + {adm:<12} {m:6.1f}M tokens: {best:6.2f} s")
     try:

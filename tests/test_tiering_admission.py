@@ -104,7 +104,8 @@ def test_costs_price_writes_and_hits(real):
     full, sec = rows
     nv = T.build_tier("nvme", d)
     hours = tr.arrival_s[-1] / 3600
-    assert full["tb_written_per_h"] == pytest.approx(full["written_tokens"] * nv.bytes_per_token / 1e12 / hours)
+    tb = full["written_tokens"] * nv.bytes_per_token / 1e12 / hours
+    assert full["tb_written_per_h"] == pytest.approx(tb)
     assert full["wear_usd_per_h"] == pytest.approx(full["written_tokens"] * nv.bytes_per_token
                                                    * nv.usd_per_byte_written / hours)
     assert sec["tb_written_per_h"] < full["tb_written_per_h"] and sec["read_factor"] >= full["read_factor"]

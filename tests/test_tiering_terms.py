@@ -154,7 +154,8 @@ def test_slow_tier_recomputes_instead():
     svc = R.service_times(tr, hc, tiers, d, config="nvme", writes=False)
     assert svc.hit_tokens.sum() == 0 and np.all(svc.load_s == 0)
     np.testing.assert_allclose(svc.service_s, svc.nocache_s, rtol=REL)
-    _, _, total = _closed_form_service(tr, np.array([[0, 0, 0], [0, 0, 1536], [0, 0, 1535], [0, 0, 0]]), tiers, d)
+    would = np.array([[0, 0, 0], [0, 0, 1536], [0, 0, 1535], [0, 0, 0]])
+    _, _, total = _closed_form_service(tr, would, tiers, d)
     assert np.all(total[1:3] > svc.nocache_s[1:3])   # loading would have been slower
 
 

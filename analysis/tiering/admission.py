@@ -142,11 +142,13 @@ def _lru_from_curve(trace: Trace, hc: HitCurve, c: int) -> dict:
     t0 = time.perf_counter()
     hit = (hc.run_max <= c) & (hc.run_max <= hc.n_distinct)
     req = np.repeat(np.arange(trace.n_requests), np.diff(trace.offsets))
-    per_req = np.bincount(req[hit], weights=trace.block_tokens[hit], minlength=trace.n_requests).astype(np.int64)
+    per_req = np.bincount(req[hit], weights=trace.block_tokens[hit], minlength=trace.n_requests)
+    per_req = per_req.astype(np.int64)
     miss = hc.distance > c            # first uses carry n_distinct + 1 > any capacity that matters
     miss |= hc.distance > hc.n_distinct
     return {"policy": "lru", "admission": "all", "capacity_blocks": c, "hit_blocks": int(hit.sum()),
-            "hit_tokens": int(per_req.sum()), "access_hits": int((~miss).sum()), "written_blocks": int(miss.sum()),
+            "hit_tokens": int(per_req.sum()), "access_hits": int((~miss).sum()),
+            "written_blocks": int(miss.sum()),
             "written_tokens": int(trace.block_tokens[miss].sum()), "per_request_hit_tokens": per_req,
             "seconds": time.perf_counter() - t0}
 
@@ -169,9 +171,11 @@ def curves(trace: Trace, capacities_blocks, runs, *, use_cache: bool = True) -> 
                 rows.append(simulate(trace, c, p, a, hc))
         return rows
 
-    fingerprint = {"n": trace.n_blocks, "ids": trace.block_ids, "tok": trace.block_tokens, "offs": trace.offsets,
+    fingerprint = {"n": trace.n_blocks, "ids": trace.block_ids, "tok": trace.block_tokens,
+                   "offs": trace.offsets,
                    "caps": caps, "runs": [list(r) for r in runs], "lib": _lib_version()}
-    rows = _cache.cached("tiering_admission_curves", fingerprint, compute, enabled=None if use_cache else False)
+    rows = _cache.cached("tiering_admission_curves", fingerprint, compute,
+                         enabled=None if use_cache else False)
     tokens = int(trace.block_tokens.sum())
     for r in rows:
         r["token_hit_rate"] = r["hit_tokens"] / tokens
@@ -203,8 +207,8 @@ def costs(trace: Trace, rows: list[dict], d, econ, tier_key: str = "nvme") -> li
         share = min(1.0, cap_tok / full.capacity_tokens) if full.capacity_tokens else 0.0
         tier = dataclasses.replace(full, capacity_tokens=cap_tok, usd_per_s=full.usd_per_s * share,
                                    capex_usd_per_s=full.capex_usd_per_s * share)
-        svc = _rp.service_from_hits(trace, r["per_request_hit_tokens"][:, None], [r["written_tokens"]], [tier],
-                                    d, config=f"{r['policy']}+{r['admission']}")
+        svc = _rp.service_from_hits(trace, r["per_request_hit_tokens"][:, None], [r["written_tokens"]],
+                                    [tier], d, config=f"{r['policy']}+{r['admission']}")
         w = _rp.wear(svc, float(svc.service_s.sum()))[0]
         hours = duration / 3600.0
         out.append({k: v for k, v in r.items() if k != "per_request_hit_tokens"} | {

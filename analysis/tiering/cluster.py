@@ -54,7 +54,8 @@ def check(trace: Trace, n_instances, policy: str, capacity_blocks) -> int:
 
 
 def route(trace: Trace, n_instances: int, policy: str, capacity_blocks: float, *, full_s=None,
-          load_scale: float = 1.0, load_slack_s: float = 1.0, seed: int = 0, affinity_blocks: int = 2) -> dict:
+          load_scale: float = 1.0, load_slack_s: float = 1.0, seed: int = 0,
+          affinity_blocks: int = 2) -> dict:
     """Route every request; returns the assignment, per-request prefix-hit tokens (from each
     instance's own LRU of ``capacity_blocks``), per-request TTFT estimates and load statistics."""
     n = check(trace, n_instances, policy, capacity_blocks)
@@ -157,12 +158,14 @@ def _subtrace(trace: Trace, sel: np.ndarray) -> Trace:
     np.cumsum(lens, out=offs[1:])
     idx = np.concatenate([np.arange(trace.offsets[r], trace.offsets[r + 1]) for r in sel]) if sel.size else \
         np.zeros(0, dtype=np.int64)
-    return Trace(f"{trace.name}/part", trace.arrival_s[sel], trace.input_tokens[sel], trace.output_tokens[sel],
+    return Trace(f"{trace.name}/part", trace.arrival_s[sel], trace.input_tokens[sel],
+                 trace.output_tokens[sel],
                  offs, trace.block_ids[idx], trace.block_tokens[idx], trace.block_size)
 
 
-def curves(trace: Trace, hc: HitCurve, ns, policies, capacity_blocks: float, *, full_s=None, load_scales=(1.0,),
-           load_slack_s: float = 1.0, seed: int = 0, affinity_blocks: int = 2, use_cache: bool = True) -> list[dict]:
+def curves(trace: Trace, hc: HitCurve, ns, policies, capacity_blocks: float, *, full_s=None,
+           load_scales=(1.0,), load_slack_s: float = 1.0, seed: int = 0, affinity_blocks: int = 2,
+           use_cache: bool = True) -> list[dict]:
     """Hit rate (and p90 TTFT estimate, busiest instance's share) against the number of instances
     for each routing policy and load, plus the pooled store's exact hit rate (memoised on disk)."""
     from .. import cache as _cache
@@ -177,11 +180,12 @@ def curves(trace: Trace, hc: HitCurve, ns, policies, capacity_blocks: float, *, 
         for ls in load_scales:
             for p in policies:
                 for n in ns:
-                    r = route(trace, n, p, capacity_blocks, full_s=full_s, load_scale=ls, load_slack_s=load_slack_s,
-                              seed=seed, affinity_blocks=affinity_blocks)
+                    r = route(trace, n, p, capacity_blocks, full_s=full_s, load_scale=ls,
+                              load_slack_s=load_slack_s, seed=seed, affinity_blocks=affinity_blocks)
                     rows.append({"policy": p, "n_instances": n, "load_scale": ls,
                                  "token_hit_rate": r["token_hit_rate"],
-                                 "ttft_p90_s": float(np.percentile(r["ttft_s"], 90)), "max_share": r["max_share"]})
+                                 "ttft_p90_s": float(np.percentile(r["ttft_s"], 90)),
+                                 "max_share": r["max_share"]})
         return rows
 
     fp = {"ids": trace.block_ids, "tok": trace.block_tokens, "offs": trace.offsets, "arr": trace.arrival_s,
@@ -191,12 +195,14 @@ def curves(trace: Trace, hc: HitCurve, ns, policies, capacity_blocks: float, *, 
     rows = _cache.cached("tiering_routing_curves", fp, compute, enabled=None if use_cache else False)
     for n in ns:
         rows.append({"policy": "pooled store", "n_instances": n, "load_scale": np.nan,
-                     "token_hit_rate": pooled(hc, n, capacity_blocks), "ttft_p90_s": np.nan, "max_share": np.nan})
+                     "token_hit_rate": pooled(hc, n, capacity_blocks), "ttft_p90_s": np.nan,
+                     "max_share": np.nan})
     return rows
 
 
-def routed_service(trace: Trace, tiers, d, n_instances: int, policy: str, *, full_s=None, load_scale: float = 1.0,
-                   load_slack_s: float = 1.0, seed: int = 0, affinity_blocks: int = 2, config: str = ""):
+def routed_service(trace: Trace, tiers, d, n_instances: int, policy: str, *, full_s=None,
+                   load_scale: float = 1.0, load_slack_s: float = 1.0, seed: int = 0,
+                   affinity_blocks: int = 2, config: str = ""):
     """The replay's service times when ``n_instances`` instances with the local tiers ``tiers`` are
     routed by ``policy``: each instance's own stack gives its hits per tier and its writes. Pooled
     (non-local) tiers are not modelled here (use the pooled-store rows)."""

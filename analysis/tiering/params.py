@@ -116,7 +116,8 @@ PARAMS = {
     "admission_tier": Param("nvme", "str", "drives that hold the store (price, wear, bandwidth)",
                             choices=["nvme", "qlc", "ai_ssd"]),
     # a cluster of instances with routing
-    "routing_policies": Param(list(ROUTING), "list[str]", "routing policies of the cluster", choices=list(ROUTING)),
+    "routing_policies": Param(list(ROUTING), "list[str]", "routing policies of the cluster",
+                              choices=list(ROUTING)),
     "routing_instances": Param([1, 2, 4, 8, 16], "list[int]", "cluster sizes of the routing curves", min=1,
                                max=4096),
     "routing_load_scales": Param([1.0, 4.0], "list[float]", "arrival-rate multipliers of the routing curves",
@@ -125,7 +126,8 @@ PARAMS = {
                             choices=[c for c in CONFIGS if c != "pool"]),
     "routing_load_slack_s": Param(1.0, "float", "KV-aware routing: queued seconds above the least-loaded "
                                   "instance beyond which an instance is not eligible", min=0.0),
-    "affinity_blocks": Param(2, "int", "prefix-affinity routing hashes this many leading blocks", min=1, max=64),
+    "affinity_blocks": Param(2, "int", "prefix-affinity routing hashes this many leading blocks",
+                             min=1, max=64),
 }
 
 
@@ -145,7 +147,8 @@ def deployment(p: dict):
         cpu_copy_cores=p["cpu_copy_cores"], cpu_copy_bw_per_core=p["cpu_copy_gb_s_per_core"] * 1e9,
         storage_lifetime_s=p["storage_lifetime_years"] * YEAR_S,
         electricity_usd_per_j=p["electricity_usd_per_kwh"] / 3.6e6, pue=p["pue"],
-        write_amplification=p.get("write_amplification", 1.0), mixed_interference=p.get("mixed_interference", 0.0),
+        write_amplification=p.get("write_amplification", 1.0),
+        mixed_interference=p.get("mixed_interference", 0.0),
         nvme_dwpd=p.get("nvme_dwpd"), qlc_dwpd=p.get("qlc_dwpd"),
         nvme_write_bw=p["nvme_write_gb_s"] * 1e9 if "nvme_write_gb_s" in p else None,
     ).validate()
@@ -168,6 +171,7 @@ def check_against_trace(p: dict, trace) -> None:
     too_big = [n for n in p.get("routing_instances", []) if n > trace.n_requests]
     if too_big:
         raise ValueError(f"routing_instances {too_big} exceed the trace's {trace.n_requests} requests "
-                         f"(trace_requests = {p.get('trace_requests')}): use at most {trace.n_requests} instances")
+                         f"(trace_requests = {p.get('trace_requests')}): use at most {trace.n_requests} "
+                         f"instances")
     for pol in p.get("routing_policies", []):
         check(trace, 1, pol, 0)

@@ -201,9 +201,11 @@ def wear(svc: Service, instance_s: float) -> list[dict]:
         cap_bytes = t.capacity_tokens * t.bytes_per_token
         per_s = float(w) / instance_s if instance_s > 0 else 0.0
         out.append({"tier": t.key, "name": t.name, "written_bytes": float(w), "wear_usd": worn,
-                    "amortised_usd": amort, "extra_usd": max(0.0, worn - amort) if t.usd_per_byte_written else 0.0,
+                    "amortised_usd": amort,
+                    "extra_usd": max(0.0, worn - amort) if t.usd_per_byte_written else 0.0,
                     "endurance_decides": bool(t.usd_per_byte_written and worn > amort),
-                    "dwpd_used": per_s * 86400.0 / cap_bytes if cap_bytes > 0 and np.isfinite(t.tbw_bytes) else 0.0,
+                    "dwpd_used": (per_s * 86400.0 / cap_bytes if cap_bytes > 0 and np.isfinite(t.tbw_bytes)
+                                  else 0.0),
                     "write_rate": per_s})
     return out
 
@@ -304,10 +306,13 @@ def write_rows(trace, outcomes: dict, econ: Economics) -> list[dict]:
             if w["written_bytes"] <= 0:
                 continue
             rows.append({
-                "config": c, "label": CONFIGS[c][0], "tier": t.name, "tb_written_per_h": w["written_bytes"] / 1e12 / hours,
-                "dwpd_rated": t.dwpd if t.dwpd else np.nan, "dwpd_used_busy": w["dwpd_used"] if np.isfinite(t.tbw_bytes) else np.nan,
+                "config": c, "label": CONFIGS[c][0], "tier": t.name,
+                "tb_written_per_h": w["written_bytes"] / 1e12 / hours,
+                "dwpd_rated": t.dwpd if t.dwpd else np.nan,
+                "dwpd_used_busy": w["dwpd_used"] if np.isfinite(t.tbw_bytes) else np.nan,
                 "read_factor": float(svc.read_factor[j]) if svc.read_factor.size else 1.0,
-                "wear_usd_per_h": w["wear_usd"] / hours, "amortised_usd_per_h_busy": w["amortised_usd"] / hours,
+                "wear_usd_per_h": w["wear_usd"] / hours,
+                "amortised_usd_per_h_busy": w["amortised_usd"] / hours,
                 "endurance_decides_busy": w["endurance_decides"],
                 "instances": o.n_instances if o else np.nan,
                 "endurance_decides_cluster": cl[t.key]["endurance_decides"] if o else None,
@@ -362,8 +367,8 @@ def breakeven_grid(trace, hc: HitCurve, d: Deployment, econ: Economics, prices_u
     return out, base
 
 
-def breakeven_price(trace, hc: HitCurve, d: Deployment, econ: Economics, bw_gb_s: float, *, config: str = "nvme",
-                    baseline: str = "dram") -> float:
+def breakeven_price(trace, hc: HitCurve, d: Deployment, econ: Economics, bw_gb_s: float, *,
+                    config: str = "nvme", baseline: str = "dram") -> float:
     """SSD price (USD/TB) at which ``config`` costs as much per token as ``baseline`` (busy view) for
     drives of ``bw_gb_s`` read bandwidth each. The cost is linear in the price (service times do
     not depend on it; amortisation and wear both scale with it), so two prices give the zero
@@ -383,7 +388,8 @@ def endurance_grid(trace, hc: HitCurve, d: Deployment, econ: Economics, dwpds, p
     baseline cost)."""
     duration = max(float(trace.arrival_s[-1] / econ.load_scale), 1.0)
     tokens = float(trace.input_tokens.sum())
-    base = busy_cost_per_mtok(service_times(trace, hc, build_tiers(baseline, d), d), d, econ, duration, tokens)
+    base_svc = service_times(trace, hc, build_tiers(baseline, d), d)
+    base = busy_cost_per_mtok(base_svc, d, econ, duration, tokens)
     svc = service_times(trace, hc, build_tiers(config, d), d)  # endurance and price leave service times alone
     out = np.empty((len(dwpds), len(prices_usd_per_tb)))
     for i, w in enumerate(dwpds):
@@ -414,7 +420,8 @@ def tornado(trace, hc: HitCurve, d: Deployment, econ: Economics, config: str, fa
         if routing != "ideal":
             from .cluster import routed_service
             n = min(busy_instances(svc, duration), trace.n_requests)
-            svc, _ = routed_service(trace, tiers, dd, n, routing, full_s=svc.nocache_s, load_scale=ee.load_scale)
+            svc, _ = routed_service(trace, tiers, dd, n, routing, full_s=svc.nocache_s,
+                                    load_scale=ee.load_scale)
         return busy_cost_per_mtok(svc, dd, ee, duration, tokens)
 
     base = cost(d, econ)

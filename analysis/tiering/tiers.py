@@ -211,7 +211,8 @@ def build_tier(key: str, d: Deployment) -> Tier:
         power = d.local_dram_bytes / dr["module_capacity"] * dr["power"]
         capex = capex_usd_per_s(d.local_dram_bytes * d.dram_usd_per_byte, d)
         cost = capex + energy_usd_per_s(power, d)
-        return Tier("dram", "local DRAM", d.local_dram_bytes / bpt, bw, bpt, 2e-6, cost, True, "dma", limit, capex)
+        return Tier("dram", "local DRAM", d.local_dram_bytes / bpt, bw, bpt, 2e-6, cost, True, "dma", limit,
+                    capex)
     if key == "cxl":
         c = _hw(d.cxl_name, "cxl")
         cap = d.cxl_devices * c["capacity"]
@@ -229,8 +230,8 @@ def build_tier(key: str, d: Deployment) -> Tier:
         power = cap / dr["module_capacity"] * dr["power"]
         capex = capex_usd_per_s(cap * d.dram_usd_per_byte, d)
         cost = capex + energy_usd_per_s(power, d)
-        return Tier("pool", "pooled DRAM (RDMA)", cap / bpt, bw, bpt, d.rdma_latency_s, cost, False, d.data_path,
-                    limit, capex)
+        return Tier("pool", "pooled DRAM (RDMA)", cap / bpt, bw, bpt, d.rdma_latency_s, cost, False,
+                    d.data_path, limit, capex)
     if key in ("nvme", "qlc", "ai_ssd"):
         name = {"nvme": d.nvme_name, "qlc": d.qlc_name, "ai_ssd": d.ai_ssd_name}[key]
         n = {"nvme": d.nvme_drives, "qlc": d.qlc_drives, "ai_ssd": d.ai_ssd_drives}[key]
@@ -251,8 +252,8 @@ def build_tier(key: str, d: Deployment) -> Tier:
         wbw = delivered_bandwidth(n * rating["write_bw"], n * s["interface_bandwidth"], d)[0]
         tbw = n * rating["tbw_bytes"]
         per_byte = (cap * price) / tbw * d.write_amplification if n else 0.0
-        return Tier(key, label, cap / stored, bw, stored, s["read_latency"], cost, True, d.data_path, limit, capex,
-                    per_byte, wbw, k, tbw, rating["dwpd"])
+        return Tier(key, label, cap / stored, bw, stored, s["read_latency"], cost, True, d.data_path, limit,
+                    capex, per_byte, wbw, k, tbw, rating["dwpd"])
     raise ValueError(f"unknown tier {key!r}; tiers: hbm, dram, cxl, pool, nvme, qlc, ai_ssd")
 
 
