@@ -25,6 +25,18 @@ def _energy(power_w, d):
 # ------------------------------------------------------------------------------ tiers
 
 
+def test_pcie_switch_sharing_halves_the_host_links():
+    d = T.Deployment()
+    g = _gpu(d.gpu)["pcie_bandwidth"] / 2
+    assert d.gpu_link_bw == pytest.approx(8 * g)
+    shared = d.replace(gpus_per_pcie_switch=2)
+    assert shared.gpu_link_bw == pytest.approx(4 * g)
+    assert d.replace(tp=3, gpus_per_pcie_switch=2).gpu_link_bw == pytest.approx(2 * g)
+    assert T.build_tier("dram", shared).bandwidth == pytest.approx(d.bw_eff * 4 * g)
+    with pytest.raises(ValueError, match="gpus_per_pcie_switch"):
+        d.replace(gpus_per_pcie_switch=0)
+
+
 def test_dram_tier_closed_form_and_its_energy_term():
     d = T.Deployment()
     dr = _hw(d.dram_name, "dram")
@@ -56,7 +68,7 @@ def test_cxl_tier_capped_by_gpu_links(devices):
     cap = devices * c["capacity"]
     assert t.usd_per_s == pytest.approx(cap * d.cxl_usd_per_byte / d.storage_lifetime_s
                                         + _energy(devices * c["power"], d), rel=REL)
-    assert t.latency_s == 3e-6
+    assert t.latency_s == pytest.approx(2e-6 + c["read_latency"])
 
 
 def test_ssd_and_pool_tiers_closed_form():

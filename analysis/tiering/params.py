@@ -126,6 +126,9 @@ PARAMS = {
                             choices=[c for c in CONFIGS if c != "pool"]),
     "routing_load_slack_s": Param(1.0, "float", "KV-aware routing: queued seconds above the least-loaded "
                                   "instance beyond which an instance is not eligible", min=0.0),
+    "gpus_per_pcie_switch": Param(int(hardware("HGX-8GPU-host", "topology")["gpus_per_pcie_switch"]), "int",
+                                  "GPUs sharing one PCIe switch uplink to the host (1: DGX H100; 2: DGX A100, "
+                                  "some B200 hosts)", min=1, max=8),
     "affinity_blocks": Param(2, "int", "prefix-affinity routing hashes this many leading blocks",
                              min=1, max=64),
 }
@@ -147,6 +150,7 @@ def deployment(p: dict):
         cpu_copy_cores=p["cpu_copy_cores"], cpu_copy_bw_per_core=p["cpu_copy_gb_s_per_core"] * 1e9,
         storage_lifetime_s=p["storage_lifetime_years"] * YEAR_S,
         electricity_usd_per_j=p["electricity_usd_per_kwh"] / 3.6e6, pue=p["pue"],
+        gpus_per_pcie_switch=p.get("gpus_per_pcie_switch", 1),
         write_amplification=p.get("write_amplification", 1.0),
         mixed_interference=p.get("mixed_interference", 0.0),
         nvme_dwpd=p.get("nvme_dwpd"), qlc_dwpd=p.get("qlc_dwpd"),

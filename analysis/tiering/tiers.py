@@ -57,6 +57,7 @@ class Deployment:
     model: str = "Llama-3.1-70B"
     gpu: str = "H800-SXM5-80GB"
     tp: int = 8                               # GPUs per prefill instance
+    gpus_per_pcie_switch: int = 1             # GPUs sharing one PCIe switch uplink to the host
     kv_dtype: str = "bf16"
     weight_dtype: str = "bf16"
     compute_eff: float = 0.5                  # achieved fraction of peak FLOP/s in prefill
@@ -109,6 +110,8 @@ class Deployment:
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 if not math.isfinite(v) or v < 0:
                     bad.append(f"{f.name} must be finite and >= 0, got {v!r}")
+        if int(self.gpus_per_pcie_switch) != self.gpus_per_pcie_switch or self.gpus_per_pcie_switch < 1:
+            bad.append(f"gpus_per_pcie_switch must be an integer >= 1, got {self.gpus_per_pcie_switch!r}")
         for f in ("tp", "compute_eff", "bw_eff", "storage_lifetime_s"):
             if getattr(self, f) <= 0:
                 bad.append(f"{f} must be > 0, got {getattr(self, f)!r}")
@@ -140,8 +143,9 @@ class Deployment:
 
     @property
     def gpu_link_bw(self) -> float:
-        """Host-to-GPU bandwidth of the instance, one direction (bytes/s, peak)."""
-        return self.tp * _gpu(self.gpu)["pcie_bandwidth"] / 2.0
+        """Host-to-GPU bandwidth of the instance, one direction (bytes/s, peak): one GPU link per PCIe
+        switch uplink when ``gpus_per_pcie_switch`` GPUs share a switch (the uplink has the GPU's width)."""
+        return math.ceil(self.tp / self.gpus_per_pcie_switch) * _gpu(self.gpu)["pcie_bandwidth"] / 2.0
 
     @property
     def host_dram_bw(self) -> float:
@@ -220,7 +224,9 @@ def build_tier(key: str, d: Deployment) -> Tier:
         limit = "CXL devices" if d.cxl_devices * c["bandwidth"] <= d.gpu_link_bw else "GPU host links"
         capex = capex_usd_per_s(cap * d.cxl_usd_per_byte, d)
         cost = capex + energy_usd_per_s(d.cxl_devices * c["power"], d)
-        return Tier("cxl", "CXL memory", cap / bpt, bw, bpt, 3e-6, cost, True, "dma", limit, capex)
+        # a DMA transfer's setup (as for DRAM) plus the expander's extra load latency (measured range)
+        lat = 2e-6 + c.values.get("read_latency", 1e-6)
+        return Tier("cxl", "CXL memory", cap / bpt, bw, bpt, lat, cost, True, "dma", limit, capex)
     if key == "pool":
         nic = _hw(d.nic_name, "nic")
         dr = _hw(d.dram_name, "dram")
