@@ -7,11 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis import roofline
+from analysis import forward as fw
 from analysis.specs import gpu as _gpu
 from analysis.specs import hardware as _hw
 from analysis.specs import model as _model
 from analysis.tiering import from_requests, lru_hit_curve
+from analysis.tiering import prefill as PF
 from analysis.tiering import replay as R
 from analysis.tiering import tiers as T
 
@@ -113,9 +114,7 @@ def _closed_form_service(tr, hits, tiers, d, factor=None):
     factor = np.ones(len(tiers)) if factor is None else factor
     L = tr.input_tokens.astype(float)
     n_new = L - hits.sum(axis=1)
-    comp = np.asarray(roofline.prefill_time(d.model, d.gpu, n_new, L - n_new, n_gpus=d.tp,
-                                            dtype=d.weight_dtype,
-                                            kv_dtype=d.kv_dtype, compute_eff=d.compute_eff))
+    comp = PF.prefill_time(d, n_new, L - n_new)
     load = np.zeros_like(L)
     for j, t in enumerate(tiers):
         if np.isfinite(t.bandwidth):
@@ -125,7 +124,7 @@ def _closed_form_service(tr, hits, tiers, d, factor=None):
     return comp, load, np.maximum(comp, load) + np.minimum(comp, load) / layers
 
 
-@pytest.mark.parametrize("drives,bw", [(16, 0.0), (2, 0.0)])  # compute-bound; load-bound
+@pytest.mark.parametrize("drives,bw", [(16, 0.0), (1, 0.0)])  # compute-bound; load-bound
 def test_service_time_closed_form(drives, bw):
     tr, hc = _tiny()
     d = T.Deployment(hbm_cache_fraction=0.0, local_dram_bytes=0.0, nvme_drives=drives, nvme_bw_override=bw)
@@ -147,12 +146,11 @@ def test_service_time_closed_form(drives, bw):
     # overlap: neither the plain sum nor the plain max
     assert svc.service_s[1] < svc.compute_s[1] + svc.load_s[1]
     assert svc.service_s[1] > max(svc.compute_s[1], svc.load_s[1])
-    if drives == 2:
+    if drives == 1:
         assert svc.load_s[1] > svc.compute_s[1]  # the load-bound branch of the overlap rule
     else:
         assert svc.load_s[1] < svc.compute_s[1]
-    full = roofline.prefill_time(d.model, d.gpu, tr.input_tokens.astype(float), 0, n_gpus=d.tp,
-                                 kv_dtype=d.kv_dtype, compute_eff=d.compute_eff)
+    full = PF.prefill_time(d, tr.input_tokens.astype(float), 0.0)
     np.testing.assert_allclose(svc.nocache_s, full, rtol=REL)
     assert np.all(svc.service_s[1:3] < full[1:3])
 
@@ -228,3 +226,21 @@ def test_service_time_with_writes_is_the_fixed_point():
     np.testing.assert_allclose(svc.service_s, total, rtol=REL)
     dry = R.service_times(tr, hc, tiers, d, config="nvme", writes=False)
     assert svc.load_s[1] > dry.load_s[1]
+
+
+def test_prefill_is_the_forward_model_of_one_pass():
+    """Chapter 2 prices prefill with chapter 3's forward-pass model (one colocated pass on tp GPUs)
+    with chapter 2's compute efficiency; chunking adds one pass per chunk."""
+    d = T.Deployment(compute_eff=0.4)
+    g = _gpu(d.gpu)
+    dev = {"flops": g.flops("bf16"), "attn_flops": g.flops("bf16"), "bw": g["hbm_bandwidth"],
+           "link": g["nvlink_bandwidth"] / 2}
+    eff = fw.Efficiency().replace(compute=0.4)
+    want = fw.colocated_pass_time(fw.shape(d.model), fw.Precision(), eff, dev, tp=8.0, dp=1.0, pre_seqs=1.0,
+                                  pre_len=np.array([512.0, 4096.0]), pre_prefix=np.array([0.0, 1024.0]))
+    np.testing.assert_allclose(PF.prefill_time(d, [512, 4096], [0, 1024]), want, rtol=REL)
+    one = PF.prefill_time(d, 8192, 0)
+    two = PF.chunked_prefill_time(d, 8192, 0, chunk_tokens=4096)
+    np.testing.assert_allclose(two, PF.prefill_time(d, 4096, 0) + PF.prefill_time(d, 4096, 4096), rtol=REL)
+    assert two > one  # a second pass pays the weights and overheads again
+    assert PF.efficiency(d).compute == 0.4

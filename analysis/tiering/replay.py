@@ -6,8 +6,10 @@ Model (every assumption explicit):
   of one instance (fastest first; evicted blocks are demoted); pooled tiers add the pool's capacity;
 * request ``i`` with ``L_i`` prompt tokens reuses ``h_ij`` tokens from tier ``j`` and recomputes
   ``n_i = max(L_i - sum_j h_ij, 1)`` tokens after a cached prefix of ``L_i - n_i``;
-* compute time = roofline prefill time of ``n_i`` new tokens after the prefix on ``tp`` GPUs at
-  ``compute_eff`` (quadratic attention term included); load time = sum over tiers of
+* compute time = one forward pass of the shared forward-pass model (:mod:`analysis.forward`, via
+  :mod:`analysis.tiering.prefill`) prefilling ``n_i`` new tokens after the prefix on ``tp`` GPUs at
+  ``compute_eff`` (tensor-parallel communication, overheads and the quadratic attention term
+  included); load time = sum over tiers of
   ``h_ij * stored bytes per token / bandwidth_j`` plus the tier's latency;
 * loading is overlapped layer by layer with computation: service = ``max(c, l) + min(c, l) / layers``,
   unless recomputing the whole prompt is faster (then it recomputes and uses no cached token);
@@ -31,9 +33,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import kv, roofline
+from .. import kv
 from ..specs import model as _model
 from .hitcurve import HitCurve
+from . import prefill as _prefill
 from .endurance import read_factor, written_tokens
 from .tiers import CONFIGS, Deployment, Tier, build_tiers
 
@@ -88,10 +91,8 @@ def service_from_hits(trace, hits, written_tokens_per_tier, tiers: list[Tier], d
             take = np.minimum(over, hits[:, j])
             hits[:, j] -= take
             over = over - take
-    comp = np.asarray(roofline.prefill_time(d.model, d.gpu, n_new, prefix, n_gpus=d.tp, dtype=d.weight_dtype,
-                                            kv_dtype=d.kv_dtype, compute_eff=d.compute_eff), dtype=float)
-    nocache = np.asarray(roofline.prefill_time(d.model, d.gpu, L, 0, n_gpus=d.tp, dtype=d.weight_dtype,
-                                               kv_dtype=d.kv_dtype, compute_eff=d.compute_eff), dtype=float)
+    comp = _prefill.prefill_time(d, n_new, prefix)
+    nocache = _prefill.prefill_time(d, L, 0.0)
     layers = _model(d.model).n_layers
 
     def serve(factor):
