@@ -244,3 +244,39 @@ def test_prefill_is_the_forward_model_of_one_pass():
     np.testing.assert_allclose(two, PF.prefill_time(d, 4096, 0) + PF.prefill_time(d, 4096, 4096), rtol=REL)
     assert two > one  # a second pass pays the weights and overheads again
     assert PF.efficiency(d).compute == 0.4
+
+
+def _spaced(reqs, gap_ms=10**7):
+    return from_requests([{**r, "timestamp": i * gap_ms} for i, r in enumerate(reqs)], name="spaced")
+
+
+def test_batched_ttft_closed_forms():
+    d = T.Deployment(hbm_cache_fraction=0.0, local_dram_bytes=0.0, nvme_drives=1)
+    tr, _ = _tiny()
+    tr = _spaced([{"input_length": int(L), "output_length": 1, "hash_ids": tr.request_blocks(i).tolist()}
+                  for i, L in enumerate(tr.input_tokens)])
+    hc = lru_hit_curve(tr)
+    svc = R.service_times(tr, hc, T.build_tiers("nvme", d), d, config="nvme", writes=False)
+    arr = tr.arrival_s
+    # alone and in one chunk: the step is the request's pass, or its prefix load if longer
+    t1 = R.batched_ttft(tr, svc, d, arr, 1, 1 << 20)
+    np.testing.assert_allclose(t1, np.maximum(svc.compute_s, svc.load_s), rtol=1e-9)
+    # alone in chunks of 512: one pass per chunk
+    t2 = R.batched_ttft(tr, svc, d, arr, 1, 512)
+    n_new = tr.input_tokens - svc.hit_tokens.sum(axis=1)
+    want = PF.chunked_prefill_time(d, n_new, svc.hit_tokens.sum(axis=1), 512)
+    cold = svc.load_s == 0
+    np.testing.assert_allclose(t2[cold], want[cold], rtol=1e-9)
+    # two cold requests arriving together share one step: the fixed part is paid once
+    two = from_requests([{"timestamp": 0, "input_length": 300, "output_length": 1, "hash_ids": [1]},
+                         {"timestamp": 0, "input_length": 200, "output_length": 1, "hash_ids": [2]}])
+    s2 = R.service_times(two, lru_hit_curve(two), T.build_tiers("nvme", d), d, writes=False)
+    tb = R.batched_ttft(two, s2, d, two.arrival_s, 1, 8192)
+    F = float(PF.prefill_time(d, 1.0, 0.0))
+    assert tb[0] == pytest.approx(tb[1]) and tb[0] == pytest.approx(s2.compute_s.sum() - F, rel=1e-9)
+    fcfs = R.fcfs_start_times(two.arrival_s, s2.service_s, 1) + s2.service_s
+    assert tb.max() < fcfs.max()
+    # two instances: each takes one
+    np.testing.assert_allclose(R.batched_ttft(two, s2, d, two.arrival_s, 2, 8192), s2.compute_s, rtol=1e-9)
+    with pytest.raises(ValueError, match="chunk_tokens"):
+        R.Economics(1e-3, 1.0, chunk_tokens=-1)

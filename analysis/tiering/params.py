@@ -78,6 +78,8 @@ PARAMS = {
                                min=0.01, max=1.0),
     "load_scale": Param(1.0, "float", "arrival-rate multiplier applied to the trace's timestamps", min=0.01,
                         max=1000.0),
+    "chunk_tokens": Param(8192, "int", "continuous batching with chunked prefill: tokens per step "
+                          "(0: one request at a time per instance)", min=0, max=1 << 20),
     "max_instances": Param(64, "int", "largest prefill cluster tried when sizing for the SLO", min=1, max=4096),
     "configs": Param(list(CONFIGS), "list[str]", "tier configurations compared", choices=list(CONFIGS)),
     "policies": Param(["lfu", "belady"], "list[str]", "other eviction policies at sampled capacities",
@@ -164,7 +166,8 @@ def economics(p: dict, d):
     from .tiers import gpu_usd_per_s
 
     gpu_s = gpu_usd_per_s(d, p["gpu_cost_basis"], p["gpu_rent_usd_per_hour"] / 3600.0)
-    return Economics(gpu_s, p["slo_ttft_s"], p["attainment_target"], p["load_scale"])
+    return Economics(gpu_s, p["slo_ttft_s"], p["attainment_target"], p["load_scale"],
+                     p.get("chunk_tokens", 0))
 
 
 def check_against_trace(p: dict, trace) -> None:

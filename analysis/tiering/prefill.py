@@ -18,15 +18,17 @@ import functools
 import numpy as np
 
 from .. import forward as fw
+from .. import kv
 from ..specs import gpu as _gpu
 
 
 @functools.lru_cache(maxsize=64)
 def _setup(model: str, gpu: str, weight_dtype: str, kv_dtype: str, compute_eff: float):
     g = _gpu(gpu)
-    prec = fw.Precision(weight_bytes={"bf16": 2.0, "fp8": 1.0, "fp4": 0.5625, "int4": 0.5625}.get(weight_dtype, 2.0),
-                        kv_bytes={"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}.get(kv_dtype, 2.0),
-                        act_bytes=2.0, compute=weight_dtype if weight_dtype in ("bf16", "fp8", "fp4") else "bf16")
+    wb = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5625, "int4": 0.5625}.get(weight_dtype, 2.0)
+    kb = kv.dtype_bytes(kv_dtype)  # the KV element size chapter 2 uses everywhere
+    prec = fw.Precision(weight_bytes=wb, kv_bytes=kb, act_bytes=2.0,
+                        compute=weight_dtype if weight_dtype in ("bf16", "fp8", "fp4") else "bf16")
     dev = {"flops": g.flops(prec.compute), "attn_flops": g.flops("bf16"), "bw": g["hbm_bandwidth"],
            "link": g.values.get("nvlink_bandwidth", g.values.get("pcie_bandwidth", 64e9)) / 2.0}
     eff = fw.Efficiency().replace(compute=float(compute_eff))

@@ -173,8 +173,13 @@ class Economics:
     slo_s: float
     attainment_target: float = 0.9
     load_scale: float = 1.0
+    chunk_tokens: int = 0       # continuous batching, chunked prefill of this many tokens per step;
+                                # 0: one request at a time per instance
 
     def __post_init__(self):
+        if int(self.chunk_tokens) != self.chunk_tokens or self.chunk_tokens < 0:
+            raise ValueError(f"chunk_tokens must be an integer >= 0 (0: no batching), "
+                             f"got {self.chunk_tokens!r}")
         if not (self.gpu_usd_per_s > 0 and math.isfinite(self.gpu_usd_per_s)):
             raise ValueError(f"gpu_usd_per_s must be > 0, got {self.gpu_usd_per_s!r}")
         if not self.slo_s > 0:
@@ -221,10 +226,96 @@ def busy_cost_per_mtok(svc: Service, d: Deployment, econ: Economics, duration_s:
     return usd / tokens * 1e6
 
 
+def batched_ttft(trace, svc: Service, d: Deployment, arrival_s: np.ndarray, n_instances: int,
+                 chunk_tokens: int) -> np.ndarray:
+    """TTFT under continuous batching with chunked prefill on ``n_instances`` instances.
+
+    Each request's new tokens are cut into chunks of ``chunk_tokens`` (after its cached prefix). An
+    instance, whenever it is free, runs one step: the next chunks of the requests it has started
+    (oldest first), then the first chunks of waiting requests that have arrived (first come first
+    served; while other instances are idle it takes one, leaving the rest to them), within
+    ``chunk_tokens`` tokens (a step holds at least one chunk). A step costs the
+    forward pass's fixed part ``F`` (one-token pass: weights and overheads) plus each chunk's marginal
+    cost (its pass time minus ``F``), or the longest prefix load of the requests it starts if that
+    is longer (loads overlap the step's computation). A request's TTFT ends with its last chunk."""
+    if int(n_instances) != n_instances or n_instances < 1:
+        raise ValueError(f"n_instances must be a positive integer, got {n_instances!r}")
+    C = int(chunk_tokens)
+    L = trace.input_tokens.astype(float)
+    used = svc.hit_tokens.sum(axis=1)
+    n_new = np.maximum(L - used, 1.0)
+    prefix = L - n_new
+    nch = np.maximum(np.ceil(n_new / C), 1).astype(np.int64)
+    req = np.repeat(np.arange(L.size), nch)
+    first = np.concatenate([[0], np.cumsum(nch)[:-1]])
+    k = np.arange(req.size) - first[req]
+    clen = np.minimum(C, n_new[req] - k * C)
+    F = float(_prefill.prefill_time(d, 1.0, 0.0))
+    marg = np.maximum(_prefill.prefill_time(d, clen, prefix[req] + k * C) - F, 0.0)
+    marg_l, clen_l, first_l, nch_l = marg.tolist(), clen.tolist(), first.tolist(), nch.tolist()
+    load_l = svc.load_s.tolist()
+    arr = np.asarray(arrival_s, dtype=float).tolist()
+    n = len(arr)
+    ttft = np.empty(n)
+    heap = [(0.0, i) for i in range(int(n_instances))]
+    heapq.heapify(heap)
+    active: list = [[] for _ in range(int(n_instances))]  # per instance: [request, next chunk index]
+    nxt = 0
+    done = 0
+    while done < n:
+        t, i = heapq.heappop(heap)
+        act = active[i]
+        if not act and nxt < n and arr[nxt] > t:
+            t = arr[nxt]
+        budget = C
+        cost = F
+        loadmax = 0.0
+        finished = []
+        for a in act:                               # continue started requests
+            if budget <= 0 and cost > F:
+                break
+            r, j = a
+            c = first_l[r] + j
+            budget -= clen_l[c]
+            cost += marg_l[c]
+            a[1] += 1
+            if a[1] == nch_l[r]:
+                finished.append(a)
+        # instances idle at the same moment share the waiting requests (one each, as a dispatcher
+        # sending each request to an idle instance would)
+        idle = sum(1 for ft, j in heap if ft <= t and not active[j]) if heap and heap[0][0] <= t else 0
+        take = 1 if idle else n
+        while nxt < n and arr[nxt] <= t and (budget > 0 or cost == F) and take > 0:
+            take -= 1
+            r = nxt
+            nxt += 1
+            c = first_l[r]
+            budget -= clen_l[c]
+            cost += marg_l[c]
+            loadmax = max(loadmax, load_l[r])
+            a = [r, 1]
+            act.append(a)
+            if nch_l[r] == 1:
+                finished.append(a)
+        if cost == F and not act:                   # nothing to do: every request has been taken
+            heapq.heappush(heap, (math.inf, i))
+            continue
+        end = t + max(cost, loadmax)
+        for a in finished:
+            act.remove(a)
+            ttft[a[0]] = end - arr[a[0]]
+            done += 1
+        heapq.heappush(heap, (end, i))
+    return ttft
+
+
 def outcome(trace, svc: Service, d: Deployment, econ: Economics, n_instances: int) -> Outcome:
     arr = trace.arrival_s / econ.load_scale
-    start = fcfs_start_times(arr, svc.service_s, n_instances)
-    ttft = start - arr + svc.service_s
+    if econ.chunk_tokens:
+        ttft = batched_ttft(trace, svc, d, arr, n_instances, econ.chunk_tokens)
+    else:
+        start = fcfs_start_times(arr, svc.service_s, n_instances)
+        ttft = start - arr + svc.service_s
     duration = max(float(arr[-1] - arr[0]), 1.0)
     tokens = float(trace.input_tokens.sum())
     local, pooled = _tier_costs(svc.tiers)
@@ -431,7 +522,7 @@ def tornado(trace, hc: HitCurve, d: Deployment, econ: Economics, config: str, fa
         vals = []
         for v in (lo, hi):
             if fld == "gpu_usd_per_s":
-                vals.append(cost(d, Economics(v, econ.slo_s, econ.attainment_target, econ.load_scale)))
+                vals.append(cost(d, dataclasses.replace(econ, gpu_usd_per_s=v)))
             elif fld == "routing":
                 vals.append(cost(d, econ, v))
             else:
