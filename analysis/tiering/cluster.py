@@ -37,6 +37,7 @@ from .endurance import written_tokens
 from .hitcurve import HitCurve, lru_hit_curve
 
 ROUTING = ("random", "round_robin", "prefix_affinity", "kv_aware")
+LOAD_AWARE = ("kv_aware",)
 
 
 def check(trace: Trace, n_instances, policy: str, capacity_blocks) -> int:
@@ -167,7 +168,8 @@ def curves(trace: Trace, hc: HitCurve, ns, policies, capacity_blocks: float, *, 
            load_scales=(1.0,), load_slack_s: float = 1.0, seed: int = 0, affinity_blocks: int = 2,
            use_cache: bool = True) -> list[dict]:
     """Hit rate (and p90 TTFT estimate, busiest instance's share) against the number of instances
-    for each routing policy and load, plus the pooled store's exact hit rate (memoised on disk)."""
+    for each routing policy at the first load (and, for load-aware policies, at every load), plus
+    the pooled store's exact hit rate (memoised on disk)."""
     from .. import cache as _cache
 
     ns = [int(n) for n in ns]
@@ -177,8 +179,10 @@ def curves(trace: Trace, hc: HitCurve, ns, policies, capacity_blocks: float, *, 
 
     def compute():
         rows = []
-        for ls in load_scales:
+        for li, ls in enumerate(load_scales):
             for p in policies:
+                if li and p not in LOAD_AWARE:
+                    continue  # hit rates of load-oblivious routing do not depend on the load
                 for n in ns:
                     r = route(trace, n, p, capacity_blocks, full_s=full_s, load_scale=ls,
                               load_slack_s=load_slack_s, seed=seed, affinity_blocks=affinity_blocks)
