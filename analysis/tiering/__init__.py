@@ -1,11 +1,17 @@
 """Chapter 2: SSD-offload economics of the KV cache on real request traces.
 
-* :mod:`.trace`      Mooncake-format JSONL traces (validated, line-numbered errors).
+* :mod:`analysis.traces` Mooncake-format JSONL traces (re-exported here).
 * :mod:`.hitcurve`   exact one-pass LRU prefix-cache hit curves for all capacities; tier splits.
 * :mod:`.policies`   per-capacity LFU and Belady (and a plain LRU) simulators.
 * :mod:`.loadcompute` Mooncake Eq. 1-2 (load vs recompute) and its roofline generalisation.
 * :mod:`.tiers`      tier hardware, data paths (CPU bounce vs GPU direct) and costs.
-* :mod:`.replay`     trace replay on a prefill cluster with tiers: TTFT, SLO, cost per token.
+* :mod:`.replay`     trace replay on a prefill cluster with tiers: TTFT (continuous batching with
+  chunked prefill), SLO, cost per token, break-even and sensitivity solves.
+* :mod:`.prefill`    prefill priced by the shared forward-pass model (:mod:`analysis.forward`).
+* :mod:`.endurance`  bytes written per tier, drive endurance and wear, reads under mixed load.
+* :mod:`.admission`  admission and eviction policies with libCacheSim (hit rate, bytes written).
+* :mod:`.cluster`    N instances with their own caches under routing policies; the pooled store.
+* :mod:`.datapath`   small random reads by IOPS and latency; recall with prefetch (chapter 5).
 """
 from ..traces import BLOCK_TOKENS, Trace, TraceError, from_requests, load_trace  # noqa: F401
 from .hitcurve import HitCurve, lru_hit_curve, stack_distances  # noqa: F401
