@@ -61,7 +61,7 @@ def test_routing_policies_behave(real):
     assert kv["token_hit_rate"] > rr["token_hit_rate"]
     # a tight load cap trades hits for balance
     tight = CL.route(tr, 4, "kv_aware", cap, load_slack_s=0.0, full_s=np.full(tr.n_requests, 50.0))
-    assert tight["max_share"] <= kv["max_share"] + 1e-12
+    assert tight["max_share"] < 0.5 < kv["max_share"]  # uncapped, the shared first block wins every time
     # the pooled store is the single stack at N x the capacity
     assert CL.pooled(hc, 4, cap) == pytest.approx(hc.token_hit_rate(4 * cap))
 

@@ -100,7 +100,7 @@ def test_ssd_tier_wear_price():
     tbw = d.nvme_drives * 3 * s["capacity"] * s["warranty"] / 86400
     assert t.tbw_bytes == pytest.approx(tbw)
     price = d.nvme_drives * s["capacity"] * d.nvme_usd_per_byte
-    assert t.usd_per_byte_written == pytest.approx(price / tbw * 2.0)
+    assert t.usd_per_byte_written == pytest.approx(price / tbw * 2.0, rel=1e-9, abs=0)
     assert t.write_bw == pytest.approx(d.bw_eff * d.nvme_drives * s["seq_write"])
     assert T.build_tier("dram", d).usd_per_byte_written == 0.0
 
