@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..specs import ModelSpec, model as _model
+from ..specs import ModelSpec
+from ..specs import model as _model
 from ..tiering.tiers import CONFIGS
 from .fidelity import KVPolicy
 from .pipeline import LAYOUTS, MODES, ComposeError, ReuseCurve, Scenario, evaluate
@@ -42,20 +43,49 @@ def options(layouts, policies, modes) -> list[Option]:
 
 @dataclass(frozen=True)
 class FidelityFloor:
-    """A policy is admissible when its top-1 agreement with the full cache is at least ``top1``
-    and its perplexity rises by at most ``max_ppl_change`` (relative)."""
+    """The fidelity floor, declared before any map is computed. A policy measured by chapter 4 is
+    admissible when its top-1 agreement with the full cache is at least ``top1`` and its perplexity
+    rises by at most ``max_ppl_change`` (relative); a policy with published long-context results
+    when its benchmark score is at least ``min_score_ratio`` of the full cache's (mean over the
+    published models); an exact policy always; one without evidence (source ``'none'``) never.
+
+    ``in_drive`` maps the AI SSD's stored bits to its in-drive quantization as a KV policy
+    (:func:`analysis.compose.fidelity.in_drive_policy`): an option on the ``ai_ssd`` layout must pass
+    the floor with it too. A precision missing from ``in_drive`` is judged as having no evidence."""
 
     top1: float = 0.9
     max_ppl_change: float = 0.05
+    min_score_ratio: float = 0.95
+    in_drive: dict = dataclasses.field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self):
         if not 0 <= self.top1 <= 1:
             raise ComposeError(f"fidelity floor: top1 must be in [0, 1], got {self.top1!r}")
         if not self.max_ppl_change >= 0:  # inf: no perplexity condition
             raise ComposeError(f"fidelity floor: max_ppl_change must be >= 0, got {self.max_ppl_change!r}")
+        if not 0 <= self.min_score_ratio <= 10:
+            raise ComposeError(f"fidelity floor: min_score_ratio must be in [0, 10], got {self.min_score_ratio!r}")
 
     def admits(self, policy: KVPolicy) -> bool:
-        return policy.name == "full" or (policy.top1 >= self.top1 and policy.ppl_change <= self.max_ppl_change)
+        if policy.name == "full" or policy.source == "exact":
+            return True
+        if policy.source == "none":
+            return False
+        if policy.source == "published":
+            return bool(policy.score_ratio >= self.min_score_ratio)
+        return policy.top1 >= self.top1 and policy.ppl_change <= self.max_ppl_change
+
+    def in_drive_policy(self, bits: int) -> KVPolicy:
+        if int(bits) >= 16:
+            return KVPolicy(f"ai_ssd_int{int(bits)}", 1.0, source="exact")
+        return self.in_drive.get(int(bits), KVPolicy(f"ai_ssd_int{int(bits)}", int(bits) / 16.0, source="none"))
+
+    def admits_option(self, policy: KVPolicy, layout: str, ai_ssd_bits: int = 16) -> bool:
+        """The policy, and on the ``ai_ssd`` layout the drive's in-drive quantization too."""
+        return self.admits(policy) and (layout != "ai_ssd" or self.admits(self.in_drive_policy(ai_ssd_bits)))
+
+    def replace(self, **kw) -> "FidelityFloor":
+        return dataclasses.replace(self, **kw)
 
 
 def _floor(f) -> FidelityFloor:
@@ -78,10 +108,10 @@ def evaluate_options(base: Scenario, opts, reuse: ReuseCurve | None, floor) -> p
     for o in opts:
         s = base.replace(layout=o.layout, policy=o.policy, mode=o.mode)
         r = evaluate(s, reuse)
-        fid = floor.admits(o.policy)
+        fid = floor.admits_option(o.policy, o.layout, s.tiers.ai_ssd_bits)
         rows.append({"layout": o.layout, "policy": o.policy.label, "mode": o.mode, "option": o.label,
                      **r.as_dict(), "fidelity_ok": fid, "admissible": bool(r.feasible and fid),
-                     "top1": o.policy.top1, "kl": o.policy.kl})
+                     "top1": o.policy.top1, "kl": o.policy.kl, "fidelity_source": o.policy.source})
     return pd.DataFrame(rows)
 
 
