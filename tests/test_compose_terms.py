@@ -4,6 +4,7 @@ fidelity sources (published long-context results, chapter 4) with the AI SSD's i
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from analysis import data, kv, roofline
@@ -216,3 +217,52 @@ def test_in_drive_quantization_is_a_policy_under_the_floor():
     s16 = decide.tiers_scaled(s, ai_ssd_bits=16)
     exact = decide.evaluate_options(s16, opts, REUSE, decide.FidelityFloor())
     assert exact["fidelity_ok"].all()
+
+
+# ------------------------------------------------------------------- uncertainty and rules of thumb
+
+def test_map_uncertainty_marks_cells_that_flip_and_gives_ranges():
+    opts = decide.options(["hbm", "dram", "nvme"], [KVPolicy.full()], ["C", "PD"])
+    args = (BASE, [4096, 16384], [0.0, 0.6], [1.0], opts, REUSE, decide.FidelityFloor())
+    cells, _ = decide.decision_map(*args)
+    none, f0 = decide.map_uncertainty(*args, perturbations=[], cells=cells)
+    assert not none["flips"].any() and len(f0) == 1
+    # pricing the tiers 1000x dearer must flip every cell that chose a tier beyond HBM
+    dear = decide.Perturbation("tier prices", "× 1000", lambda b, fl: (decide.tiers_scaled(
+        b, **{k: 1000.0 for k in decide.TIER_PRICE_FIELDS}), fl))
+    out, found = decide.map_uncertainty(*args, perturbations=[dear], cells=cells)
+    off = cells["layout"] != "hbm"
+    assert off.any() and (out.loc[off, "flips"]).all() and (out.loc[off, "layout_flips"]).all()
+    assert (out.loc[off, "flipped_by"] == "× 1000").all()
+    v, lo, hi = decide.finding_range(found, "share_off_hbm")
+    assert v == decide.map_findings(cells)["share_off_hbm"] and lo == 0.0 and hi == v
+    # the declared ranges: both ends of GPU rent and tier prices, and the published spread
+    ps = decide.declared_perturbations((0.8, 1.25), (0.5, 2.0))
+    assert [p.input for p in ps] == ["GPU rent"] * 2 + ["tier prices"] * 2 + ["published fidelity"]
+    b, fl = ps[1].apply(BASE, decide.FidelityFloor())
+    assert b.gpu_rent_usd_per_s == pytest.approx(1.25 * tiers.gpu_usd_per_s(tiers.Deployment(gpu=BASE.gpu)))
+    assert ps[-1].apply(BASE, decide.FidelityFloor())[1].published_ratio == "min"
+
+
+def test_published_spread_judges_the_worst_model():
+    p = KVPolicy("kivi2", 0.5, hot_ratio=0.2, source="published", score_ratio=0.98, score_ratio_min=0.91)
+    assert decide.FidelityFloor(min_score_ratio=0.95).admits(p)
+    assert not decide.FidelityFloor(min_score_ratio=0.95, published_ratio="min").admits(p)
+
+
+def test_rules_of_thumb_follow_the_cells():
+    rows = []
+    for f in (0.5, 1.0):
+        for c in (4096, 65536):
+            for h in (0.0, 0.4, 0.8):
+                lay = "hbm" if h == 0 else ("nvme" if f < 1 or c > 8192 else "dram")
+                rows.append({"ssd_price_factor": f, "context": c, "hit_rate": h, "layout": lay,
+                             "policy": "kivi4 @ 50%", "mode": "PD" if c > 8192 else "C",
+                             "option": f"{lay}|{c > 8192}", "usd_per_mtok": 1.0, "hbm_only_usd_per_mtok": 1.2,
+                             "baseline_usd_per_mtok": 1.5, "colocated_usd_per_mtok": 1.1})
+    R = decide.rules_of_thumb(pd.DataFrame(rows), 1.0)
+    assert R["hbm"] == "Keep the KV cache in HBM alone only where requests share no prefix."
+    assert R["tier"].startswith("From a reuse of 40% on")
+    assert "kivi4 @ 50%" in R["policy"] and "100%" in R["policy"]
+    assert R["mode"].startswith("Disaggregate from a prompt of 65,536 tokens")
+    assert "33%" in R["ssd"]  # (4096, 40%) and (4096, 80%) of the 6 cells change with the SSD price

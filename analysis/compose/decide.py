@@ -56,6 +56,7 @@ class FidelityFloor:
     top1: float = 0.9
     max_ppl_change: float = 0.05
     min_score_ratio: float = 0.95
+    published_ratio: str = "mean"  # 'mean' over the published models, or 'min': the worst model's
     in_drive: dict = dataclasses.field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self):
@@ -63,6 +64,8 @@ class FidelityFloor:
             raise ComposeError(f"fidelity floor: top1 must be in [0, 1], got {self.top1!r}")
         if not self.max_ppl_change >= 0:  # inf: no perplexity condition
             raise ComposeError(f"fidelity floor: max_ppl_change must be >= 0, got {self.max_ppl_change!r}")
+        if self.published_ratio not in ("mean", "min"):
+            raise ComposeError(f"fidelity floor: published_ratio must be 'mean' or 'min', got {self.published_ratio!r}")
         if not 0 <= self.min_score_ratio <= 10:
             raise ComposeError(f"fidelity floor: min_score_ratio must be in [0, 10], got {self.min_score_ratio!r}")
 
@@ -72,7 +75,8 @@ class FidelityFloor:
         if policy.source == "none":
             return False
         if policy.source == "published":
-            return bool(policy.score_ratio >= self.min_score_ratio)
+            ratio = policy.score_ratio_min if self.published_ratio == "min" else policy.score_ratio
+            return bool(ratio >= self.min_score_ratio)
         return policy.top1 >= self.top1 and policy.ppl_change <= self.max_ppl_change
 
     def in_drive_policy(self, bits: int) -> KVPolicy:
@@ -324,3 +328,123 @@ def group_change(df: pd.DataFrame, groups) -> float:
     if not np.isfinite(a):
         return math.nan
     return math.inf if not np.isfinite(z) else float(z / a - 1)
+
+
+# ------------------------------------------------------------------------- uncertainty on the map
+
+@dataclass(frozen=True)
+class Perturbation:
+    """One end of a declared sensitivity range: ``apply(base, floor) -> (base, floor)``."""
+
+    input: str
+    label: str
+    apply: object
+
+
+def declared_perturbations(gpu_rent_range=(0.8, 1.25), tier_price_range=(0.5, 2.0),
+                           published_spread: bool = True) -> list[Perturbation]:
+    """The sensitivity ranges the chapter declares before computing the map: the GPU's rental rate
+    and every off-HBM tier's price (DRAM, CXL, NVMe, QLC, AI SSD) at both ends of their ranges, and
+    the published fidelity judged at the worst published model instead of the mean."""
+    out = []
+    for f in gpu_rent_range:
+        def gpu(b, fl, f=float(f)):
+            from ..tiering.tiers import gpu_usd_per_s
+
+            rent = gpu_usd_per_s(b.tiers.replace(gpu=b.gpu), "rent", b.gpu_rent_usd_per_s)
+            return b.replace(gpu_rent_usd_per_s=rent * f), fl
+        out.append(Perturbation("GPU rent", f"GPU rent × {f:g}", gpu))
+    for f in tier_price_range:
+        def price(b, fl, f=float(f)):
+            return tiers_scaled(b, **{k: f for k in TIER_PRICE_FIELDS}), fl
+        out.append(Perturbation("tier prices", f"off-HBM tier prices × {f:g}", price))
+    if published_spread:
+        out.append(Perturbation("published fidelity", "published fidelity of the worst model",
+                                lambda b, fl: (b, fl.replace(published_ratio="min"))))
+    return out
+
+
+TIER_PRICE_FIELDS = ("dram_usd_per_byte", "cxl_usd_per_byte", "nvme_usd_per_byte", "qlc_usd_per_byte",
+                     "ai_ssd_usd_per_byte")
+
+
+def map_uncertainty(base: Scenario, contexts, hit_rates, ssd_price_factors, opts, reuse, floor,
+                    perturbations, cells: pd.DataFrame | None = None):
+    """(cells, findings): the decision map's cells with ``flips`` (the cheapest option changes at some
+    end of a declared range), ``layout_flips`` (its tier layout changes) and ``flipped_by`` (which
+    ranges), and the :func:`map_findings` of every perturbed map (one row each, ``perturbation``)."""
+    floor = _floor(floor)
+    if cells is None:
+        cells, _ = decision_map(base, contexts, hit_rates, ssd_price_factors, opts, reuse, floor)
+    key = ["context", "hit_rate", "ssd_price_factor"]
+    out = cells.copy()
+    out["flips"], out["layout_flips"] = False, False
+    out["flipped_by"] = [[] for _ in range(len(out))]
+    found = [{"perturbation": "declared values", **map_findings(cells)}]
+    ref = out.set_index(key)
+    for pt in perturbations:
+        b, fl = pt.apply(base, floor)
+        alt, _ = decision_map(b, contexts, hit_rates, ssd_price_factors, opts, reuse, fl)
+        found.append({"perturbation": pt.label, **map_findings(alt)})
+        alt = alt.set_index(key).reindex(ref.index)
+        opt_change = alt["option"].astype(str).to_numpy() != ref["option"].astype(str).to_numpy()
+        lay_change = alt["layout"].astype(str).to_numpy() != ref["layout"].astype(str).to_numpy()
+        out.loc[opt_change, "flips"] = True
+        out.loc[lay_change, "layout_flips"] = True
+        for i in np.flatnonzero(opt_change):
+            out.at[out.index[i], "flipped_by"] = out.at[out.index[i], "flipped_by"] + [pt.label]
+    out["flipped_by"] = out["flipped_by"].map(lambda v: "; ".join(v))
+    return out, pd.DataFrame(found)
+
+
+def finding_range(found: pd.DataFrame, key: str) -> tuple[float, float, float]:
+    """(declared value, lowest, highest) of one finding over the perturbed maps."""
+    v = found[key].astype(float)
+    return float(v.iloc[0]), float(np.nanmin(v)), float(np.nanmax(v))
+
+
+def compare_maps(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str) -> pd.DataFrame:
+    """The cells whose cheapest option differs between two decision maps of the same grid."""
+    key = ["context", "hit_rate", "ssd_price_factor"]
+    m = a.set_index(key)[["option"]].join(b.set_index(key)[["option"]], lsuffix="_a", rsuffix="_b")
+    d = m[m["option_a"].astype(str) != m["option_b"].astype(str)].reset_index()
+    return d.rename(columns={"option_a": label_a, "option_b": label_b})
+
+
+# ----------------------------------------------------------------------------- rules of thumb
+
+def rules_of_thumb(cells: pd.DataFrame, ssd_price_factor: float = 1.0) -> dict:
+    """Short rules the map supports, each computed from its cells (at ``ssd_price_factor`` where a
+    rule needs one price): when HBM alone is enough, from which reuse a tier beyond HBM always wins,
+    which tier and policy win most, from which prompt length disaggregation wins most cells, and how
+    much the SSD price moves the answer."""
+    ok = cells.dropna(subset=["usd_per_mtok"])
+    at = ok[np.isclose(ok["ssd_price_factor"], ssd_price_factor)]
+    if at.empty:
+        at = ok
+    F = map_findings(ok)
+    rules = {"hbm": f"Keep the KV cache in HBM alone {F['hbm_max_hit_text']}."}
+    off_by_hit = at.groupby("hit_rate")["layout"].apply(lambda v: bool((v != "hbm").all()))
+    hs = [h for h in sorted(off_by_hit.index) if off_by_hit.loc[h:].all()]
+    rules["tier"] = (f"From a reuse of {hs[0]:.0%} on, a tier beyond HBM is cheapest at every prompt length "
+                     f"(mostly {F['top_offhbm_layout']})." if hs else
+                     "No reuse level makes a tier beyond HBM cheapest at every prompt length.")
+    rules["policy"] = (f"Compress the KV cache: {F['top_policy']} is the cheapest admissible policy in "
+                       f"{F['top_policy_share']:.0%} of the cells." if F["top_policy"] != "full cache" else
+                       "Keep the full cache: no compressed policy both passes the fidelity floor and wins most cells.")
+    dis = at.assign(d=at["mode"] != "C").groupby("context")["d"].mean()
+    cs = [c for c in sorted(dis.index) if (dis.loc[c:] > 0.5).all()]
+    rules["mode"] = (f"Disaggregate from a prompt of {cs[0]:,} tokens on (a disaggregated mode wins most cells "
+                     f"there); below, colocated serving is as cheap." if cs else
+                     "Colocated serving wins most cells at the longest prompts too; disaggregate only where "
+                     "the map says so.")
+    if ok["ssd_price_factor"].nunique() > 1:
+        piv = ok.pivot_table(index=["context", "hit_rate"], columns="ssd_price_factor", values="option",
+                             aggfunc="first")
+        moved = float((piv.nunique(axis=1) > 1).mean())
+        lo, hi = min(piv.columns), max(piv.columns)
+        rules["ssd"] = (f"SSD prices from × {lo:g} to × {hi:g} change the answer in {moved:.0%} of the "
+                        "(prompt, reuse) cells.")
+    else:
+        rules["ssd"] = "One SSD price only: the map does not show how SSD prices move the answer."
+    return rules
