@@ -145,9 +145,15 @@ def from_summary(summary: pd.DataFrame) -> list[KVPolicy]:
 
 
 def table(policies: list[KVPolicy]) -> pd.DataFrame:
+    """One row per policy: bytes, recalls, chapter 4's fidelity (blank for an exact policy or one
+    without evidence), the published score ratio where the published source covers it."""
+    def m(p, v):
+        return v if p.source in ("chapter 4", "published") or p.name == "full" else math.nan
+
     return pd.DataFrame([{"policy": p.label, "name": p.name, "budget": p.budget, "on-device bytes": p.hot_ratio,
                           "cold-tier bytes": p.cold_ratio, "recall / step": p.recall_ratio_per_step,
-                          "KL (nats)": p.kl, "top-1 agreement": p.top1, "perplexity change": p.ppl_change,
+                          "KL (nats)": m(p, p.kl), "top-1 agreement": m(p, p.top1),
+                          "perplexity change": m(p, p.ppl_change),
                           "within budget without extra eviction": p.fits, "fidelity source": p.source,
                           "published score ratio": p.score_ratio} for p in policies])
 

@@ -98,7 +98,7 @@ def decision_map(cells, layouts, *, factors=None, fmt_cost="${:.3f}", panel_widt
         handles.append(Patch(fill=False, hatch="////", ec="0.35", label="answer flips within the declared ranges"))
     fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 3), bbox_to_anchor=(0.5, 1.02),
                title="cheapest tier layout", fontsize=8)
-    fig.tight_layout(rect=(0, 0, 1, 0.84 if len(handles) > 3 else 0.88))
+    fig.tight_layout(rect=(0, 0, 1, 0.87 if len(handles) > 3 else 0.9))
     return fig
 
 

@@ -44,6 +44,22 @@ PARAMS = {
                                  max=1.0),
     "fidelity_max_ppl_change": Param(0.05, "float", "fidelity floor: largest relative rise of perplexity", min=0.0,
                                      max=100.0),
+    "fidelity_source": Param("published", "str",
+                             "fidelity of a policy for the served model: published long-context results where "
+                             "they cover it (else chapter 4's), or chapter 4's only",
+                             choices=["published", "chapter 4"]),
+    "fidelity_min_score_ratio": Param(0.95, "float",
+                                      "fidelity floor for published results: benchmark score / full cache's",
+                                      min=0.0, max=10.0),
+    "gpu_rent_range": Param([0.8, 1.25], "list[float]",
+                            "declared sensitivity range of the GPU rental rate (multipliers; the map marks cells "
+                            "whose answer flips within it)", min=0.01, max=100.0),
+    "tier_price_range": Param([0.5, 2.0], "list[float]",
+                              "declared sensitivity range of every off-HBM tier price (multipliers)", min=0.0,
+                              max=100.0),
+    "interactive_ssd_price_factors": Param([0.25, 0.5, 1.0, 2.0, 4.0], "list[float]",
+                                           "SSD prices of the interactive map (multipliers; [] for none)",
+                                           min=0.0, max=100.0),
     "ttft_slo_s": Param(10.0, "float", "TTFT SLO (s)", min=0.001),
     "tpot_slo_s": Param(0.1, "float", "TPOT SLO (s)", min=0.0001),
     "budget_devices": Param(64, "int", "largest deployment searched (devices)", min=1, max=4096),
@@ -86,10 +102,26 @@ def base_scenario(p: dict):
                     budget_devices=p["budget_devices"], tiers=tier_deployment(), gpu_cost_basis=p["gpu_cost_basis"])
 
 
-def kv_policies(p: dict, verbose: bool = False):
-    """The full cache and every (policy, budget) of the parameters, measured by chapter 4."""
-    from .fidelity import measure
+def kv_policies(p: dict, verbose: bool = False, source: str | None = None):
+    """The full cache and every (policy, budget) of the parameters, measured by chapter 4, with the
+    fidelity of ``source`` (default: the ``fidelity_source`` parameter; see
+    :func:`analysis.compose.fidelity.with_source`)."""
+    from .fidelity import measure, with_source
 
-    return measure(p["kv_policies"], p["kv_budgets"], documents=p["fidelity_documents"],
-                   prefill_tokens=p["fidelity_prefill_tokens"], decode_tokens=p["fidelity_decode_tokens"],
-                   verbose=verbose)
+    measured = measure(p["kv_policies"], p["kv_budgets"], documents=p["fidelity_documents"],
+                       prefill_tokens=p["fidelity_prefill_tokens"], decode_tokens=p["fidelity_decode_tokens"],
+                       verbose=verbose)
+    return with_source(measured, source or p["fidelity_source"])
+
+
+def fidelity_floor(p: dict, policies, source: str | None = None):
+    """The declared floor of the parameters, with the AI SSD's in-drive quantization at every stored
+    precision the chapter uses (chapter 2's default and ``ai_ssd_bits_grid``) as a KV policy."""
+    from ..tiering import params as tparams
+    from .decide import FidelityFloor
+    from .fidelity import in_drive_policy
+
+    src = source or p["fidelity_source"]
+    bits = set(p["ai_ssd_bits_grid"]) | {int(tparams.PARAMS["ai_ssd_bits"].default)}
+    return FidelityFloor(p["fidelity_floor_top1"], p["fidelity_max_ppl_change"], p["fidelity_min_score_ratio"],
+                         in_drive={b: in_drive_policy(b, policies, src) for b in sorted(bits)})
