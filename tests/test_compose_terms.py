@@ -266,3 +266,25 @@ def test_rules_of_thumb_follow_the_cells():
     assert "kivi4 @ 50%" in R["policy"] and "100%" in R["policy"]
     assert R["mode"].startswith("Disaggregate from a prompt of 65,536 tokens")
     assert "33%" in R["ssd"]  # (4096, 40%) and (4096, 80%) of the 6 cells change with the SSD price
+
+
+def test_fast_perturbations_equal_recomputing_the_map():
+    kivi2 = KVPolicy("kivi2", 0.5, hot_ratio=0.2, source="published", score_ratio=0.98, score_ratio_min=0.91)
+    opts = decide.options(["hbm", "dram", "ai_ssd"], [KVPolicy.full(), kivi2], ["C", "PD"])
+    floor = decide.FidelityFloor(in_drive={4: kivi2.__class__("ai_ssd_int4", 0.25, source="published",
+                                                               score_ratio=0.99, score_ratio_min=0.93)})
+    args = (BASE, [4096, 16384], [0.0, 0.6], [0.5, 1.0], opts, REUSE, floor)
+    cells, every = decide.decision_map(*args)
+    for pt in decide.declared_perturbations((0.5, 3.0), (1.0,)):
+        assert pt.reprice is not None or pt.input == "tier prices"
+        if pt.reprice is None:
+            continue
+        fast = decide.cells_from_every(cells, pt.reprice(every, floor, opts))
+        b, fl = pt.apply(BASE, floor)
+        slow, _ = decide.decision_map(b, *args[1:6], fl)
+        cols = ["option", "usd_per_mtok", "hbm_only_usd_per_mtok", "baseline_usd_per_mtok"]
+        pd.testing.assert_frame_equal(fast[cols], slow[cols], rtol=1e-12)
+    # the worst model's fidelity removes the published kivi2 (0.91 < 0.95) and the in-drive int4 (0.93)
+    worst = decide.rejudge(every, floor.replace(published_ratio="min"), opts)
+    assert not worst.loc[worst["policy"] == kivi2.label, "fidelity_ok"].any()
+    assert not worst.loc[worst["layout"] == "ai_ssd", "fidelity_ok"].any()

@@ -115,7 +115,8 @@ def evaluate_options(base: Scenario, opts, reuse: ReuseCurve | None, floor) -> p
         fid = floor.admits_option(o.policy, o.layout, s.tiers.ai_ssd_bits)
         rows.append({"layout": o.layout, "policy": o.policy.label, "mode": o.mode, "option": o.label,
                      **r.as_dict(), "fidelity_ok": fid, "admissible": bool(r.feasible and fid),
-                     "top1": o.policy.top1, "kl": o.policy.kl, "fidelity_source": o.policy.source})
+                     "top1": o.policy.top1, "kl": o.policy.kl, "fidelity_source": o.policy.source,
+                     "ai_ssd_bits": int(s.tiers.ai_ssd_bits)})
     return pd.DataFrame(rows)
 
 
@@ -154,24 +155,40 @@ def decision_map(base: Scenario, contexts, hit_rates, ssd_price_factors, opts, r
                 df = evaluate_options(bf.replace(input_tokens=I, hit_rate=h), opts, reuse, floor)
                 df = df.assign(context=I, hit_rate=h, ssd_price_factor=f)
                 every.append(df)
-                best = cheapest(df)
-                hbm = cheapest(df[df["layout"] == "hbm"])
-                col = cheapest(df[df["mode"] == "C"])
-                base_row = df[(df["layout"] == "hbm") & (df["policy"] == KVPolicy.full().label) & (df["mode"] == "C")]
-                row = {"context": I, "hit_rate": h, "ssd_price_factor": f,
-                       "n_admissible": int(df["admissible"].sum()), "n_options": len(df)}
-                if best is None:
-                    row.update(option="no admissible option", layout=None, policy=None, mode=None, usd_per_mtok=np.nan)
-                else:
-                    row.update(option=best["option"], layout=best["layout"], policy=best["policy"], mode=best["mode"],
-                               usd_per_mtok=best["usd_per_mtok"], ttft_s=best["ttft_s"], tpot_s=best["tpot_s"],
-                               realized_hit_rate=best["realized_hit_rate"])
-                row["hbm_only_usd_per_mtok"] = hbm["usd_per_mtok"] if hbm is not None else np.nan
-                row["colocated_usd_per_mtok"] = col["usd_per_mtok"] if col is not None else np.nan
-                row["baseline_usd_per_mtok"] = (float(base_row["usd_per_mtok"].iloc[0])
-                                                if len(base_row) and bool(base_row["feasible"].iloc[0]) else np.nan)
-                cells.append(row)
+                cells.append(_cell(df, I, h, f))
     return pd.DataFrame(cells), (pd.concat(every, ignore_index=True) if every else pd.DataFrame())
+
+
+def _cell(df: pd.DataFrame, I, h, f) -> dict:
+    """One cell of the map from every option of it: the cheapest admissible option, the cheapest
+    HBM-only and colocated ones, and the HBM-only, full-cache, colocated baseline."""
+    best = cheapest(df)
+    hbm = cheapest(df[df["layout"] == "hbm"])
+    col = cheapest(df[df["mode"] == "C"])
+    base_row = df[(df["layout"] == "hbm") & (df["policy"] == KVPolicy.full().label) & (df["mode"] == "C")]
+    row = {"context": I, "hit_rate": h, "ssd_price_factor": f,
+           "n_admissible": int(df["admissible"].sum()), "n_options": len(df)}
+    if best is None:
+        row.update(option="no admissible option", layout=None, policy=None, mode=None, usd_per_mtok=np.nan)
+    else:
+        row.update(option=best["option"], layout=best["layout"], policy=best["policy"], mode=best["mode"],
+                   usd_per_mtok=best["usd_per_mtok"], ttft_s=best["ttft_s"], tpot_s=best["tpot_s"],
+                   realized_hit_rate=best["realized_hit_rate"])
+    row["hbm_only_usd_per_mtok"] = hbm["usd_per_mtok"] if hbm is not None else np.nan
+    row["colocated_usd_per_mtok"] = col["usd_per_mtok"] if col is not None else np.nan
+    row["baseline_usd_per_mtok"] = (float(base_row["usd_per_mtok"].iloc[0])
+                                    if len(base_row) and bool(base_row["feasible"].iloc[0]) else np.nan)
+    return row
+
+
+def cells_from_every(cells: pd.DataFrame, every: pd.DataFrame) -> pd.DataFrame:
+    """The map's cells recomputed from (a repriced or re-judged) ``every`` of :func:`decision_map`;
+    cells beyond the model's context window are kept as they are."""
+    key = ["context", "hit_rate", "ssd_price_factor"]
+    rows = {k: _cell(g, *k) for k, g in every.groupby(key, sort=False)} if len(every) else {}
+    out = [rows.get(tuple(r[k] for k in key), r.to_dict()) for _, r in cells[key + ["option", "layout", "policy",
+                                                                                      "mode", "usd_per_mtok"]].iterrows()]
+    return pd.DataFrame(out)
 
 
 def sweep(base: Scenario, values, make, opts, reuse, floor, *, by: str = "layout") -> pd.DataFrame:
@@ -334,11 +351,15 @@ def group_change(df: pd.DataFrame, groups) -> float:
 
 @dataclass(frozen=True)
 class Perturbation:
-    """One end of a declared sensitivity range: ``apply(base, floor) -> (base, floor)``."""
+    """One end of a declared sensitivity range: ``apply(base, floor) -> (base, floor)`` (the map is
+    recomputed), and optionally ``reprice(every, floor, opts) -> every`` giving exactly the same
+    options from the unperturbed map's options without re-evaluating them (a GPU rate scales the GPU
+    cost linearly; a fidelity floor only re-judges admissibility)."""
 
     input: str
     label: str
     apply: object
+    reprice: object = None
 
 
 def declared_perturbations(gpu_rent_range=(0.8, 1.25), tier_price_range=(0.5, 2.0),
@@ -353,14 +374,21 @@ def declared_perturbations(gpu_rent_range=(0.8, 1.25), tier_price_range=(0.5, 2.
 
             rent = gpu_usd_per_s(b.tiers.replace(gpu=b.gpu), "rent", b.gpu_rent_usd_per_s)
             return b.replace(gpu_rent_usd_per_s=rent * f), fl
-        out.append(Perturbation("GPU rent", f"GPU rent × {f:g}", gpu))
+        def gpu_fast(every, fl, opts, f=float(f)):
+            e = every.copy()
+            ok = np.isfinite(e["gpu_usd_per_mtok"])
+            e.loc[ok, "usd_per_mtok"] = e.loc[ok, "usd_per_mtok"] + (f - 1) * e.loc[ok, "gpu_usd_per_mtok"]
+            e.loc[ok, "gpu_usd_per_mtok"] = f * e.loc[ok, "gpu_usd_per_mtok"]
+            return e
+        out.append(Perturbation("GPU rent", f"GPU rent × {f:g}", gpu, gpu_fast))
     for f in tier_price_range:
         def price(b, fl, f=float(f)):
             return tiers_scaled(b, **{k: f for k in TIER_PRICE_FIELDS}), fl
         out.append(Perturbation("tier prices", f"off-HBM tier prices × {f:g}", price))
     if published_spread:
         out.append(Perturbation("published fidelity", "published fidelity of the worst model",
-                                lambda b, fl: (b, fl.replace(published_ratio="min"))))
+                                lambda b, fl: (b, fl.replace(published_ratio="min")),
+                                lambda every, fl, opts: rejudge(every, fl.replace(published_ratio="min"), opts)))
     return out
 
 
@@ -368,14 +396,26 @@ TIER_PRICE_FIELDS = ("dram_usd_per_byte", "cxl_usd_per_byte", "nvme_usd_per_byte
                      "ai_ssd_usd_per_byte")
 
 
+def rejudge(every: pd.DataFrame, floor, opts) -> pd.DataFrame:
+    """``every`` of :func:`decision_map` with fidelity and admissibility judged by another floor."""
+    floor = _floor(floor)
+    by_label = {o.label: o for o in opts}
+    e = every.copy()
+    bits = e["ai_ssd_bits"] if "ai_ssd_bits" in e else pd.Series(16, index=e.index)
+    e["fidelity_ok"] = [floor.admits_option(by_label[o].policy, by_label[o].layout, int(b))
+                        for o, b in zip(e["option"], bits)]
+    e["admissible"] = e["feasible"].astype(bool) & e["fidelity_ok"]
+    return e
+
+
 def map_uncertainty(base: Scenario, contexts, hit_rates, ssd_price_factors, opts, reuse, floor,
-                    perturbations, cells: pd.DataFrame | None = None):
+                    perturbations, cells: pd.DataFrame | None = None, every: pd.DataFrame | None = None):
     """(cells, findings): the decision map's cells with ``flips`` (the cheapest option changes at some
     end of a declared range), ``layout_flips`` (its tier layout changes) and ``flipped_by`` (which
     ranges), and the :func:`map_findings` of every perturbed map (one row each, ``perturbation``)."""
     floor = _floor(floor)
-    if cells is None:
-        cells, _ = decision_map(base, contexts, hit_rates, ssd_price_factors, opts, reuse, floor)
+    if cells is None or every is None:
+        cells, every = decision_map(base, contexts, hit_rates, ssd_price_factors, opts, reuse, floor)
     key = ["context", "hit_rate", "ssd_price_factor"]
     out = cells.copy()
     out["flips"], out["layout_flips"] = False, False
@@ -383,8 +423,11 @@ def map_uncertainty(base: Scenario, contexts, hit_rates, ssd_price_factors, opts
     found = [{"perturbation": "declared values", **map_findings(cells)}]
     ref = out.set_index(key)
     for pt in perturbations:
-        b, fl = pt.apply(base, floor)
-        alt, _ = decision_map(b, contexts, hit_rates, ssd_price_factors, opts, reuse, fl)
+        if pt.reprice is not None:
+            alt = cells_from_every(cells, pt.reprice(every, floor, opts))
+        else:
+            b, fl = pt.apply(base, floor)
+            alt, _ = decision_map(b, contexts, hit_rates, ssd_price_factors, opts, reuse, fl)
         found.append({"perturbation": pt.label, **map_findings(alt)})
         alt = alt.set_index(key).reindex(ref.index)
         opt_change = alt["option"].astype(str).to_numpy() != ref["option"].astype(str).to_numpy()
