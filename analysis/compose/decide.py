@@ -35,7 +35,8 @@ class Option:
 def options(layouts, policies, modes) -> list[Option]:
     bad = [x for x in layouts if x not in LAYOUTS] + [x for x in modes if x not in MODES]
     if bad:
-        raise ComposeError(f"unknown layouts/modes {bad}; layouts: {', '.join(LAYOUTS)}; modes: {', '.join(MODES)}")
+        raise ComposeError(f"unknown layouts/modes {bad}; layouts: {', '.join(LAYOUTS)}; "
+                           f"modes: {', '.join(MODES)}")
     if not (layouts and policies and modes):
         raise ComposeError("options need at least one layout, one policy and one mode")
     return [Option(l, p, m) for l, p, m in itertools.product(layouts, policies, modes)]
@@ -65,9 +66,11 @@ class FidelityFloor:
         if not self.max_ppl_change >= 0:  # inf: no perplexity condition
             raise ComposeError(f"fidelity floor: max_ppl_change must be >= 0, got {self.max_ppl_change!r}")
         if self.published_ratio not in ("mean", "min"):
-            raise ComposeError(f"fidelity floor: published_ratio must be 'mean' or 'min', got {self.published_ratio!r}")
+            raise ComposeError("fidelity floor: published_ratio must be 'mean' or 'min', "
+                               f"got {self.published_ratio!r}")
         if not 0 <= self.min_score_ratio <= 10:
-            raise ComposeError(f"fidelity floor: min_score_ratio must be in [0, 10], got {self.min_score_ratio!r}")
+            raise ComposeError(f"fidelity floor: min_score_ratio must be in [0, 10], "
+                               f"got {self.min_score_ratio!r}")
 
     def admits(self, policy: KVPolicy) -> bool:
         if policy.name == "full" or policy.source == "exact":
@@ -82,7 +85,8 @@ class FidelityFloor:
     def in_drive_policy(self, bits: int) -> KVPolicy:
         if int(bits) >= 16:
             return KVPolicy(f"ai_ssd_int{int(bits)}", 1.0, source="exact")
-        return self.in_drive.get(int(bits), KVPolicy(f"ai_ssd_int{int(bits)}", int(bits) / 16.0, source="none"))
+        none = KVPolicy(f"ai_ssd_int{int(bits)}", int(bits) / 16.0, source="none")
+        return self.in_drive.get(int(bits), none)
 
     def admits_option(self, policy: KVPolicy, layout: str, ai_ssd_bits: int = 16) -> bool:
         """The policy, and on the ``ai_ssd`` layout the drive's in-drive quantization too."""
@@ -148,8 +152,9 @@ def decision_map(base: Scenario, contexts, hit_rates, ssd_price_factors, opts, r
         for I in contexts:
             if I + base.output_tokens > m.max_context:
                 for h in hit_rates:
-                    cells.append({"context": I, "hit_rate": h, "ssd_price_factor": f, "option": "beyond context window",
-                                  "layout": None, "policy": None, "mode": None, "usd_per_mtok": np.nan})
+                    cells.append({"context": I, "hit_rate": h, "ssd_price_factor": f,
+                                  "option": "beyond context window", "layout": None, "policy": None,
+                                  "mode": None, "usd_per_mtok": np.nan})
                 continue
             for h in hit_rates:
                 df = evaluate_options(bf.replace(input_tokens=I, hit_rate=h), opts, reuse, floor)
@@ -186,8 +191,8 @@ def cells_from_every(cells: pd.DataFrame, every: pd.DataFrame) -> pd.DataFrame:
     cells beyond the model's context window are kept as they are."""
     key = ["context", "hit_rate", "ssd_price_factor"]
     rows = {k: _cell(g, *k) for k, g in every.groupby(key, sort=False)} if len(every) else {}
-    out = [rows.get(tuple(r[k] for k in key), r.to_dict()) for _, r in cells[key + ["option", "layout", "policy",
-                                                                                      "mode", "usd_per_mtok"]].iterrows()]
+    kept = cells[key + ["option", "layout", "policy", "mode", "usd_per_mtok"]]
+    out = [rows.get(tuple(r[k] for k in key), r.to_dict()) for _, r in kept.iterrows()]
     return pd.DataFrame(out)
 
 
@@ -198,7 +203,8 @@ def sweep(base: Scenario, values, make, opts, reuse, floor, *, by: str = "layout
     for v in values:
         df = evaluate_options(make(base, v), opts, reuse, floor)
         best = cheapest(df)
-        rows.append({"value": v, "group": "best", "usd_per_mtok": np.nan if best is None else best["usd_per_mtok"],
+        rows.append({"value": v, "group": "best",
+                     "usd_per_mtok": np.nan if best is None else best["usd_per_mtok"],
                      "option": None if best is None else best["option"]})
         for g, sub in df.groupby(by, sort=False):
             b = cheapest(sub)
@@ -231,7 +237,8 @@ def tiers_scaled(base: Scenario, **factors) -> Scenario:
     for k, f in factors.items():
         if not hasattr(d, k):
             raise ComposeError(f"chapter 2's Deployment has no field {k!r}")
-        new[k] = f if k in ("nvme_bw_override", "ai_ssd_bits", "ai_ssd_drives", "cxl_devices") else getattr(d, k) * f
+        set_ = k in ("nvme_bw_override", "ai_ssd_bits", "ai_ssd_drives", "cxl_devices")
+        new[k] = f if set_ else getattr(d, k) * f
     return base.replace(tiers=d.replace(**new))
 
 
@@ -274,7 +281,8 @@ def decode_throughput(model, context_tokens: float, output_tokens: float, gpu: s
     one = c["feasible"] & (c["batch"] == np.min(c["batch"][c["feasible"]]))
     j = int(np.flatnonzero(one)[np.argmin(c["tpot"][one])]) if one.any() else i
     return {"feasible": True, "tokens_per_s_per_device": float(tput[i]), "batch": float(c["batch"][i]),
-            "devices": float(c["devices"][i]), "tpot_s": float(c["tpot"][i]), "tpot_batch1_s": float(c["tpot"][j]),
+            "devices": float(c["devices"][i]), "tpot_s": float(c["tpot"][i]),
+            "tpot_batch1_s": float(c["tpot"][j]),
             "batch1": float(c["batch"][j])}
 
 
@@ -282,6 +290,12 @@ def decode_throughput(model, context_tokens: float, output_tokens: float, gpu: s
 
 def _share(mask) -> float:
     return float(np.mean(mask)) if len(mask) else math.nan
+
+
+def _saving(ok: pd.DataFrame, against: str, how: str) -> float:
+    if not len(ok):
+        return math.nan
+    return float(getattr(1 - ok["usd_per_mtok"] / ok[against], how)())
 
 
 def map_findings(cells: pd.DataFrame) -> dict:
@@ -294,11 +308,11 @@ def map_findings(cells: pd.DataFrame) -> dict:
         "share_off_hbm": _share(off), "share_compressed": _share(ok["policy"] != full),
         "share_qevict": _share(ok["policy"].astype(str).str.startswith("qevict")),
         "share_disagg": _share(ok["mode"] != "C"),
-        "tier_saving_median": float((1 - ok["usd_per_mtok"] / ok["hbm_only_usd_per_mtok"]).median()) if len(ok) else math.nan,
-        "tier_saving_max": float((1 - ok["usd_per_mtok"] / ok["hbm_only_usd_per_mtok"]).max()) if len(ok) else math.nan,
-        "total_saving_median": float((1 - ok["usd_per_mtok"] / ok["baseline_usd_per_mtok"]).median()) if len(ok) else math.nan,
-        "total_saving_max": float((1 - ok["usd_per_mtok"] / ok["baseline_usd_per_mtok"]).max()) if len(ok) else math.nan,
-        "disagg_saving_max": float((1 - ok["usd_per_mtok"] / ok["colocated_usd_per_mtok"]).max()) if len(ok) else math.nan,
+        "tier_saving_median": _saving(ok, "hbm_only_usd_per_mtok", "median"),
+        "tier_saving_max": _saving(ok, "hbm_only_usd_per_mtok", "max"),
+        "total_saving_median": _saving(ok, "baseline_usd_per_mtok", "median"),
+        "total_saving_max": _saving(ok, "baseline_usd_per_mtok", "max"),
+        "disagg_saving_max": _saving(ok, "colocated_usd_per_mtok", "max"),
     }
     pol = ok["policy"].value_counts()
     out["top_policy"] = pol.index[0] if len(pol) else "no admissible option"
@@ -388,7 +402,8 @@ def declared_perturbations(gpu_rent_range=(0.8, 1.25), tier_price_range=(0.5, 2.
     if published_spread:
         out.append(Perturbation("published fidelity", "published fidelity of the worst model",
                                 lambda b, fl: (b, fl.replace(published_ratio="min")),
-                                lambda every, fl, opts: rejudge(every, fl.replace(published_ratio="min"), opts)))
+                                lambda every, fl, opts: rejudge(every, fl.replace(published_ratio="min"),
+                                                                opts)))
     return out
 
 
@@ -474,11 +489,12 @@ def rules_of_thumb(cells: pd.DataFrame, ssd_price_factor: float = 1.0) -> dict:
                      "No reuse level makes a tier beyond HBM cheapest at every prompt length.")
     rules["policy"] = (f"Compress the KV cache: {F['top_policy']} is the cheapest admissible policy in "
                        f"{F['top_policy_share']:.0%} of the cells." if F["top_policy"] != "full cache" else
-                       "Keep the full cache: no compressed policy both passes the fidelity floor and wins most cells.")
+                       "Keep the full cache: no compressed policy both passes the fidelity floor and wins "
+                       "most cells.")
     dis = at.assign(d=at["mode"] != "C").groupby("context")["d"].mean()
     cs = [c for c in sorted(dis.index) if (dis.loc[c:] > 0.5).all()]
-    rules["mode"] = (f"Disaggregate from a prompt of {cs[0]:,} tokens on (a disaggregated mode wins most cells "
-                     f"there); below, colocated serving is as cheap." if cs else
+    rules["mode"] = (f"Disaggregate from a prompt of {cs[0]:,} tokens on (a disaggregated mode wins most "
+                     f"cells there); below, colocated serving is as cheap." if cs else
                      "Colocated serving wins most cells at the longest prompts too; disaggregate only where "
                      "the map says so.")
     if ok["ssd_price_factor"].nunique() > 1:

@@ -53,7 +53,7 @@ class KVPolicy:
     ppl_change: float = 0.0
     fits: bool = True
     source: str = "chapter 4"          # where kl / top1 / ppl_change or score_ratio come from
-    score_ratio: float = math.nan      # published benchmark score / full cache's (mean over models), if published
+    score_ratio: float = math.nan      # published benchmark score / full cache's (mean over models)
     score_ratio_min: float = math.nan  # the lowest model's ratio (the published spread)
 
     def __post_init__(self):
@@ -68,7 +68,8 @@ class KVPolicy:
         if not 0 <= self.top1 <= 1:
             raise ValueError(f"KVPolicy {self.name!r}: top1 must be in [0, 1], got {self.top1!r}")
         if self.source not in SOURCES:
-            raise ValueError(f"KVPolicy {self.name!r}: source must be one of {', '.join(SOURCES)}, got {self.source!r}")
+            raise ValueError(f"KVPolicy {self.name!r}: source must be one of {', '.join(SOURCES)}, "
+                             f"got {self.source!r}")
         if self.source == "published" and not (math.isfinite(self.score_ratio) and self.score_ratio >= 0):
             raise ValueError(f"KVPolicy {self.name!r}: a published policy needs a finite score_ratio >= 0")
 
@@ -86,8 +87,8 @@ class KVPolicy:
         return cls("full")
 
 
-def measure(policies, budgets, *, documents=("docs:typing",), prefill_tokens: int = 256, decode_tokens: int = 32,
-            verbose: bool = False, **overrides) -> list[KVPolicy]:
+def measure(policies, budgets, *, documents=("docs:typing",), prefill_tokens: int = 256,
+            decode_tokens: int = 32, verbose: bool = False, **overrides) -> list[KVPolicy]:
     """Chapter 4's experiment (:func:`analysis.qevict.experiment.run_experiment`, every run cached
     on disk) with a small configuration: the full cache and every policy at every budget on
     ``documents``; chapter 4's other parameters at their defaults unless overridden."""
@@ -139,7 +140,8 @@ def from_summary(summary: pd.DataFrame) -> list[KVPolicy]:
             hot_ratio=float(min(((g["bytes_full"] + g["bytes_quantized"]) / r).mean(), 1.0)),
             cold_ratio=float((g["bytes_cold"] / r).mean()),
             recall_ratio_per_step=float((g["recall_bytes"] / g["decode_steps"] / r).mean()),
-            kl=max(float(g["kl"].mean()), 0.0), top1=float(g["top1"].mean()), ppl_change=float(g["dppl"].mean()),
+            kl=max(float(g["kl"].mean()), 0.0), top1=float(g["top1"].mean()),
+            ppl_change=float(g["dppl"].mean()),
             fits=bool(g["fits"].all())))
     return res
 
@@ -150,8 +152,9 @@ def table(policies: list[KVPolicy]) -> pd.DataFrame:
     def m(p, v):
         return v if p.source in ("chapter 4", "published") or p.name == "full" else math.nan
 
-    return pd.DataFrame([{"policy": p.label, "name": p.name, "budget": p.budget, "on-device bytes": p.hot_ratio,
-                          "cold-tier bytes": p.cold_ratio, "recall / step": p.recall_ratio_per_step,
+    return pd.DataFrame([{"policy": p.label, "name": p.name, "budget": p.budget,
+                          "on-device bytes": p.hot_ratio, "cold-tier bytes": p.cold_ratio,
+                          "recall / step": p.recall_ratio_per_step,
                           "KL (nats)": m(p, p.kl), "top-1 agreement": m(p, p.top1),
                           "perplexity change": m(p, p.ppl_change),
                           "within budget without extra eviction": p.fits, "fidelity source": p.source,
@@ -177,7 +180,8 @@ def published_table(df: pd.DataFrame | None = None) -> pd.DataFrame:
     for _, r in sub.iterrows():
         parts = str(r["key"]).split(":")
         if len(parts) != 5:
-            raise ValueError(f"published fidelity key {r['key']!r}: expected kvfid:<benchmark>:<model>:<policy>:<budget>")
+            raise ValueError(f"published fidelity key {r['key']!r}: expected "
+                             "kvfid:<benchmark>:<model>:<policy>:<budget>")
         _, bench, model, pol, budget = parts
         rows.append({"benchmark": bench, "model": model, "policy": pol, "budget": float(budget),
                      "score": float(r["value"]), "source": r["source"]})
@@ -188,7 +192,8 @@ def published_table(df: pd.DataFrame | None = None) -> pd.DataFrame:
     keys = list(zip(out["benchmark"], out["model"]))
     missing = sorted({f"{b}/{m}" for b, m in keys if (b, m) not in full.index})
     if missing:
-        raise ValueError(f"published fidelity rows without a full-cache row to compare with: {', '.join(missing)}")
+        raise ValueError("published fidelity rows without a full-cache row to compare with: "
+                         + ", ".join(missing))
     out["ratio"] = [s / full.loc[k] for s, k in zip(out["score"], keys)]
     return out
 
@@ -203,7 +208,8 @@ def published_fidelity(name: str, budget: float, table: pd.DataFrame | None = No
         return None
     b = rows["budget"].max()
     rows = rows[rows["budget"] == b]
-    return {"budget": float(b), "ratio_mean": float(rows["ratio"].mean()), "ratio_min": float(rows["ratio"].min()),
+    return {"budget": float(b), "ratio_mean": float(rows["ratio"].mean()),
+            "ratio_min": float(rows["ratio"].min()),
             "n": len(rows), "models": ", ".join(sorted(set(rows["model"]))),
             "benchmarks": ", ".join(sorted(set(rows["benchmark"])))}
 
@@ -224,7 +230,8 @@ def with_source(policies, source: str = "published", table: pd.DataFrame | None 
     return out
 
 
-def in_drive_policy(bits: int, policies, source: str = "published", table: pd.DataFrame | None = None) -> KVPolicy:
+def in_drive_policy(bits: int, policies, source: str = "published",
+                    table: pd.DataFrame | None = None) -> KVPolicy:
     """The AI SSD's in-drive quantization at ``bits`` as a KV policy (what the model attends to after a
     prefix comes back from the drive): exact at 16 bits; else KIVI-``bits`` with no full-precision
     residual, from the published rows (budget ``bits / 16``) when ``source`` is ``'published'`` and
@@ -239,8 +246,8 @@ def in_drive_policy(bits: int, policies, source: str = "published", table: pd.Da
         t = published_table() if table is None else table
         pub = published_fidelity(kivi, bits / 16.0, t)
         if pub is not None:
-            return KVPolicy(name, bits / 16.0, hot_ratio=1.0, source="published", score_ratio=pub["ratio_mean"],
-                            score_ratio_min=pub["ratio_min"])
+            return KVPolicy(name, bits / 16.0, hot_ratio=1.0, source="published",
+                            score_ratio=pub["ratio_mean"], score_ratio_min=pub["ratio_min"])
     measured = [p for p in policies if p.name == kivi and p.source == "chapter 4"]
     if measured:
         p = min(measured, key=lambda q: q.budget)

@@ -53,14 +53,14 @@ def decision_map(cells, layouts, *, factors=None, fmt_cost="${:.3f}", panel_widt
     """One panel per SSD price factor (``factors``: a subset; default all): context (rows) x hit rate
     (columns), coloured by the cheapest layout, with the policy, mode and cost written in each cell
     and thick lines on the frontiers where the cheapest layout changes. Cells whose answer flips
-    within the declared sensitivity ranges (a ``flips`` column, :func:`~analysis.compose.decide.map_uncertainty`)
-    are hatched."""
+    within the declared sensitivity ranges (a ``flips`` column,
+    :func:`~analysis.compose.decide.map_uncertainty`) are hatched."""
     colors = layout_colors(layouts)
     factors = sorted(cells["ssd_price_factor"].unique()) if factors is None else list(factors)
     hits = sorted(cells["hit_rate"].unique())
     ctxs = sorted(cells["context"].unique())
-    fig, axes = plt.subplots(1, len(factors), figsize=(panel_width * len(factors) + 1.5, 0.62 * len(ctxs) + 2.2),
-                             squeeze=False, sharey=True)
+    size = (panel_width * len(factors) + 1.5, 0.62 * len(ctxs) + 2.2)
+    fig, axes = plt.subplots(1, len(factors), figsize=size, squeeze=False, sharey=True)
     for ax, f in zip(axes[0], factors):
         sub = cells[np.isclose(cells["ssd_price_factor"], f)].set_index(["context", "hit_rate"])
         grid = np.full((len(ctxs), len(hits), 3), 0.92)
@@ -71,12 +71,13 @@ def decision_map(cells, layouts, *, factors=None, fmt_cost="${:.3f}", panel_widt
                 lay[i, j] = r["layout"]
                 if r["layout"] in colors:
                     grid[i, j] = colors[r["layout"]][:3]
-                    ax.text(j, i, f"{short_policy(r['policy'])}\n{r['mode']}\n{fmt_cost.format(r['usd_per_mtok'])}",
-                            ha="center", va="center", fontsize=fontsize, color="black")
+                    label = f"{short_policy(r['policy'])}\n{r['mode']}\n{fmt_cost.format(r['usd_per_mtok'])}"
+                    ax.text(j, i, label, ha="center", va="center", fontsize=fontsize, color="black")
                 else:
                     ax.text(j, i, "—", ha="center", va="center", fontsize=fontsize + 0.5)
                 if bool(r.get("flips", False)):
-                    ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="////", ec="0.35", lw=0))
+                    ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="////", ec="0.35",
+                                           lw=0))
         ax.imshow(grid, aspect="auto", origin="lower", alpha=0.75)
         # frontier lines: cell edges across which the cheapest layout changes
         for i in range(len(ctxs)):
@@ -95,7 +96,8 @@ def decision_map(cells, layouts, *, factors=None, fmt_cost="${:.3f}", panel_widt
     used = [l for l in layouts if (cells["layout"] == l).any()]
     handles = [Patch(color=colors[l], alpha=0.75, label=LAYOUT_LABELS[l]) for l in used]
     if "flips" in cells and cells["flips"].any():
-        handles.append(Patch(fill=False, hatch="////", ec="0.35", label="answer flips within the declared ranges"))
+        handles.append(Patch(fill=False, hatch="////", ec="0.35",
+                             label="answer flips within the declared ranges"))
     fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 3), bbox_to_anchor=(0.5, 1.02),
                title="cheapest tier layout", fontsize=8)
     fig.tight_layout(rect=(0, 0, 1, 0.87 if len(handles) > 3 else 0.9))
@@ -138,7 +140,8 @@ def interactive_data(cells, every, layouts) -> dict:
             bf.append(br)
         maps.append({"z": z, "text": text, "cost": cost, "flips": fb})
         bars.append(bf)
-    hexes = ["#%02x%02x%02x" % tuple(int(round(255 * v)) for v in layout_colors(layouts)[l][:3]) for l in layouts]
+    cols = layout_colors(layouts)
+    hexes = ["#%02x%02x%02x" % tuple(int(round(255 * v)) for v in cols[l][:3]) for l in layouts]
     return {"factors": factors, "contexts": ctxs, "hits": hits, "layouts": list(layouts),
             "layout_labels": [LAYOUT_LABELS[l] for l in layouts], "colors": hexes, "maps": maps, "bars": bars}
 
@@ -147,7 +150,8 @@ _JS = """
 (function () {
   var D = __DATA__, id = "__ID__";
   var root = document.getElementById(id);
-  var sel = {f: D.factors.indexOf(1) >= 0 ? D.factors.indexOf(1) : 0, c: D.contexts.length - 1, h: D.hits.length - 1};
+  var sel = {f: D.factors.indexOf(1) >= 0 ? D.factors.indexOf(1) : 0, c: D.contexts.length - 1,
+             h: D.hits.length - 1};
   function fmtK(c) { return (c / 1024) + "K"; }
   function scale() {
     var n = D.layouts.length, cs = [];
@@ -161,7 +165,8 @@ _JS = """
       for (var j = 0; j < D.hits.length; j++) {
         var l = m.z[i][j];
         row.push(l === null ? "no admissible option" : D.layout_labels[l] + "<br>" + m.text[i][j] +
-                 "<br>$" + m.cost[i][j] + " per M tokens" + (m.flips[i][j] ? "<br>flips within the declared ranges" : ""));
+                 "<br>$" + m.cost[i][j] + " per M tokens" +
+                 (m.flips[i][j] ? "<br>flips within the declared ranges" : ""));
       }
       hover.push(row);
     }
@@ -220,8 +225,9 @@ def interactive_map_html(data: dict, div_id: str = "kv-decision-map") -> str:
     js = _JS.replace("__DATA__", json.dumps(data, separators=(",", ":"))).replace("__ID__", div_id)
     return (f'<div id="{div_id}" class="kv-interactive-map">'
             f'<div style="font-size:0.9em;margin-bottom:0.5em">{controls}</div>'
-            f'<div style="display:flex;flex-wrap:wrap"><div id="{div_id}-map" style="flex:1 1 380px;min-width:320px">'
-            f'</div><div id="{div_id}-bars" style="flex:1 1 320px;min-width:280px"></div></div></div>'
+            f'<div style="display:flex;flex-wrap:wrap">'
+            f'<div id="{div_id}-map" style="flex:1 1 380px;min-width:320px"></div>'
+            f'<div id="{div_id}-bars" style="flex:1 1 320px;min-width:280px"></div></div></div>'
             '<script>window.__kvAmd = window.define; window.define = undefined; '
             'window.PlotlyConfig = {MathJaxConfig: "local"};</script>'
             f'<script>{get_plotlyjs()}</script>'

@@ -13,10 +13,11 @@ For a :class:`Scenario` (SI units):
 2. **Prefix reuse** (chapter 2): the instances that run the prefill carry the tier ``layout``
    (``tiering.tiers.build_tiers``: HBM share, DRAM, CXL, NVMe, QLC, AI SSD, with their capacities,
    delivered bandwidths and amortised cost). A colocated instance keeps no prefix cache in HBM:
-   chapter 3 sized its decode batch to fill it; a prefill instance keeps chapter 2's share. The workload's reuse has the shape of the Mooncake
-   trace's exact LRU hit curve (``tiering.lru_hit_curve``), rescaled to the map's ``hit_rate`` (the
-   hit rate of an unbounded cache) and to the context length (prefixes ``I / mean input`` times
-   longer need that many times the capacity). The realised hit tokens of each tier shorten the
+   chapter 3 sized its decode batch to fill it; a prefill instance keeps chapter 2's share. The
+   workload's reuse has the shape of the Mooncake trace's exact LRU hit curve
+   (``tiering.lru_hit_curve``), rescaled to the map's ``hit_rate`` (the hit rate of an unbounded
+   cache) and to the context length (prefixes ``I / mean input`` times longer need that many times
+   the capacity). The realised hit tokens of each tier shorten the
    prefill: compute of the ``I - H`` new tokens after ``H`` cached ones (``roofline.prefill_time``),
    overlapped layer by layer with the tier loads (chapter 2's rule
    ``max(c, l) + min(c, l) / layers``). The prefill share of the plan's device time and TTFT are
@@ -103,7 +104,8 @@ class ReuseCurve:
         return np.concatenate([[0.0], self.fraction])[i]
 
     def __hash__(self):
-        return hash((self.name, self.mean_input_tokens, self.capacity_tokens.size, float(self.capacity_tokens[-1])))
+        return hash((self.name, self.mean_input_tokens, self.capacity_tokens.size,
+                     float(self.capacity_tokens[-1])))
 
     def __eq__(self, other):
         return isinstance(other, ReuseCurve) and hash(self) == hash(other)
@@ -179,7 +181,8 @@ class Scenario:
         if self.layout not in LAYOUTS:
             bad.append(f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
         if self.mode not in MODES:
-            bad.append(f"mode must be one of {', '.join(MODES)} (AF has no separable prefill), got {self.mode!r}")
+            bad.append(f"mode must be one of {', '.join(MODES)} (AF has no separable prefill), "
+                       f"got {self.mode!r}")
         for f in ("ttft_slo_s", "tpot_slo_s"):
             v = getattr(self, f)
             if not (math.isfinite(v) and v > 0):
@@ -187,7 +190,8 @@ class Scenario:
         if not (isinstance(self.budget_devices, (int, np.integer)) and self.budget_devices >= 1):
             bad.append(f"budget_devices must be a positive integer, got {self.budget_devices!r}")
         if not (math.isfinite(self.transfer_overhead) and self.transfer_overhead >= 1):
-            bad.append(f"transfer_overhead must be >= 1 (1 = chapter 3's network), got {self.transfer_overhead!r}")
+            bad.append(f"transfer_overhead must be >= 1 (1 = chapter 3's network), "
+                       f"got {self.transfer_overhead!r}")
         if not isinstance(self.policy, KVPolicy):
             bad.append(f"policy must be a KVPolicy, got {type(self.policy).__name__}")
         if not (callable(getattr(self.recall_model, "recall_s", None))
@@ -198,8 +202,8 @@ class Scenario:
             raise ComposeError("invalid scenario: " + "; ".join(bad))
         _devices.device(self.gpu)
         if self.input_tokens + self.output_tokens > m.max_context:
-            raise ComposeError(f"{self.input_tokens + self.output_tokens:,.0f} tokens exceed {m.name}'s context "
-                               f"window of {m.max_context:,}")
+            raise ComposeError(f"{self.input_tokens + self.output_tokens:,.0f} tokens exceed {m.name}'s "
+                               f"context window of {m.max_context:,}")
         return self
 
 
@@ -294,7 +298,8 @@ def _prefill_ratio(model, gpu, I, hit_rate, sig, tp, compute_eff, reuse):
         return 1.0, 0.0
     c0 = roofline.prefill_time(model, gpu, I, 0, n_gpus=tp, compute_eff=compute_eff)
     ch = roofline.prefill_time(model, gpu, I - H, H, n_gpus=tp, compute_eff=compute_eff)
-    load = sum(h * bpt / bw + lat for h, (_, bw, bpt, lat) in zip(per_tier, sig) if h > 0 and math.isfinite(bw))
+    load = sum(h * bpt / bw + lat for h, (_, bw, bpt, lat) in zip(per_tier, sig)
+               if h > 0 and math.isfinite(bw))
     svc = max(ch, load) + min(ch, load) / _model(model).n_layers  # chapter 2's layer-wise overlap
     return svc / c0, H / I
 
@@ -310,7 +315,8 @@ def prefill_decode_units(mode: str, p: search.Plan) -> tuple[dict, dict, dict]:
     try:
         return units, units[PREFILL_UNIT[mode]], units[DECODE_UNIT[mode]]
     except KeyError as e:
-        raise ComposeError(f"mode {mode!r}: the plan has no unit {e.args[0]!r} (units: {', '.join(units)})") from None
+        raise ComposeError(f"mode {mode!r}: the plan has no unit {e.args[0]!r} "
+                           f"(units: {', '.join(units)})") from None
 
 
 def evaluate(s: Scenario, reuse: ReuseCurve | None = None) -> Result:
@@ -318,7 +324,8 @@ def evaluate(s: Scenario, reuse: ReuseCurve | None = None) -> Result:
     s.validate()
     pol = s.policy
     if pol.needs_cold_tier and s.layout == "hbm":
-        return Result(False, f"{pol.label} keeps exact copies off the device: it needs a layout with an off-HBM tier")
+        return Result(False, f"{pol.label} keeps exact copies off the device: it needs a layout with an "
+                             "off-HBM tier")
     p = plan(s.mode, s.model, s.gpu, float(s.input_tokens), float(s.output_tokens), float(s.ttft_slo_s),
              float(s.tpot_slo_s), int(s.budget_devices), float(pol.hot_ratio), float(s.transfer_overhead))
     if not p.feasible:
@@ -351,7 +358,8 @@ def evaluate(s: Scenario, reuse: ReuseCurve | None = None) -> Result:
     if pol.needs_cold_tier:
         cold = _tier_list(s.layout, tier_deployment(s, _instance_gpus(ud)))[-1]
         kv_seq = kv.kv_bytes(s.model, I + O / 2.0, 1, "bf16")
-        stored = cold.bytes_per_token / kv.kv_bytes_per_token_all_layers(s.model, "bf16")  # bytes on the tier / bf16
+        # bytes on the tier / bf16 bytes
+        stored = cold.bytes_per_token / kv.kv_bytes_per_token_all_layers(s.model, "bf16")
         B = ud["batch"]
         recall_s = s.recall_model.recall_s(cold, B * pol.recall_ratio_per_step * kv_seq * stored)
         tpot_new = ud["tpot"] + recall_s
@@ -359,8 +367,8 @@ def evaluate(s: Scenario, reuse: ReuseCurve | None = None) -> Result:
         cold_bytes_seq = pol.cold_ratio * kv_seq * stored
         cap_bytes = cold.capacity_tokens * cold.bytes_per_token
         if B * cold_bytes_seq > cap_bytes:
-            return Result(False, f"cold copies of {B:.0f} sequences ({B * cold_bytes_seq / 1e9:.0f} GB) exceed the "
-                                 f"{cold.name} tier ({cap_bytes / 1e9:.0f} GB)")
+            return Result(False, f"cold copies of {B:.0f} sequences ({B * cold_bytes_seq / 1e9:.0f} GB) "
+                                 f"exceed the {cold.name} tier ({cap_bytes / 1e9:.0f} GB)")
         cold_usd_per_req = cold.usd_per_s / cap_bytes * cold_bytes_seq * O * tpot_new
         write_usd_per_req = s.recall_model.write_usd(cold, cold_bytes_seq)
         ud["tpot"] = tpot_new
@@ -374,8 +382,9 @@ def evaluate(s: Scenario, reuse: ReuseCurve | None = None) -> Result:
     per_m = 1e6 / (I + O)
     meets = bool(ttft <= s.ttft_slo_s * (1 + 1e-12) and tpot <= s.tpot_slo_s * (1 + 1e-12))
     usd = (gpu_usd + tier_usd + cold_usd_per_req + write_usd_per_req) * per_m
-    reason = "" if meets else (f"SLO missed after the tier loads / recalls: TTFT {ttft:.3g} s (SLO {s.ttft_slo_s:g}), "
-                               f"TPOT {tpot * 1e3:.3g} ms (SLO {s.tpot_slo_s * 1e3:g})")
+    reason = "" if meets else (f"SLO missed after the tier loads / recalls: TTFT {ttft:.3g} s "
+                               f"(SLO {s.ttft_slo_s:g}), TPOT {tpot * 1e3:.3g} ms "
+                               f"(SLO {s.tpot_slo_s * 1e3:g})")
     return Result(meets, reason, usd, gpu_usd * per_m, tier_usd * per_m, cold_usd_per_req * per_m,
                   ttft, tpot, meets, h_real, r, recall_s, write_usd_per_req * per_m, O / dev_s,
                   p.tokens_per_s_per_device)
