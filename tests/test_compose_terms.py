@@ -288,3 +288,21 @@ def test_fast_perturbations_equal_recomputing_the_map():
     worst = decide.rejudge(every, floor.replace(published_ratio="min"), opts)
     assert not worst.loc[worst["policy"] == kivi2.label, "fidelity_ok"].any()
     assert not worst.loc[worst["layout"] == "ai_ssd", "fidelity_ok"].any()
+
+
+def test_chapter_parameters_declare_the_floor_and_the_sources():
+    from analysis import params
+    from analysis.compose import params as cparams
+
+    sch = params.schema("05_where_kv_lives")
+    p = {k: v.default for k, v in sch.items()}
+    floor = cparams.fidelity_floor(p, [])
+    assert sorted(floor.in_drive) == [2, 4, 8, 16]
+    assert floor.in_drive[4].source == "published" and floor.in_drive[2].source == "published"
+    assert floor.in_drive[8].source == "none" and floor.in_drive[16].source == "exact"
+    assert floor.min_score_ratio == p["fidelity_min_score_ratio"] and floor.top1 == p["fidelity_floor_top1"]
+    assert cparams.fidelity_floor(p, [], "chapter 4").in_drive[4].source == "none"  # no chapter-4 KIVI given
+    with pytest.raises(params.ParameterError, match="fidelity_source"):
+        params.validate(sch, {"fidelity_source": "rumour"}, partial=True)
+    with pytest.raises(params.ParameterError, match="gpu_rent_range"):
+        params.validate(sch, {"gpu_rent_range": [0.0, 2.0]}, partial=True)
