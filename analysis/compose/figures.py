@@ -143,7 +143,9 @@ def interactive_data(cells, every, layouts) -> dict:
     cols = layout_colors(layouts)
     hexes = ["#%02x%02x%02x" % tuple(int(round(255 * v)) for v in cols[l][:3]) for l in layouts]
     return {"factors": factors, "contexts": ctxs, "hits": hits, "layouts": list(layouts),
-            "layout_labels": [LAYOUT_LABELS[l] for l in layouts], "colors": hexes, "maps": maps, "bars": bars}
+            "layout_labels": [LAYOUT_LABELS[l] for l in layouts],
+            "layout_short": [LAYOUT_SHORT.get(l, l) for l in layouts], "colors": hexes, "maps": maps,
+            "bars": bars}
 
 
 _JS = """
@@ -181,7 +183,7 @@ _JS = """
   }
   function barTraces() {
     var b = D.bars[sel.f][sel.c][sel.h];
-    return [{type: "bar", x: D.layout_labels, y: b, marker: {color: D.colors},
+    return [{type: "bar", x: D.layout_short, y: b, marker: {color: D.colors},
              hovertemplate: "%{x}: $%{y:.4f} per M tokens<extra></extra>"}];
   }
   function draw() {
@@ -190,12 +192,14 @@ _JS = """
     root.querySelector(".kv-c-val").textContent = D.contexts[sel.c].toLocaleString("en-US") + " tokens";
     Plotly.react(id + "-map", mapTraces(), {margin: {t: 30, l: 60, r: 10, b: 50}, height: 420,
       title: {text: "cheapest tier layout at SSD prices × " + D.factors[sel.f], font: {size: 13}},
-      xaxis: {title: {text: "reuse (hit rate, unbounded cache)"}}, yaxis: {title: {text: "prompt length"}}},
+      xaxis: {title: {text: "reuse (hit rate, unbounded cache)"}, type: "category"},
+      yaxis: {title: {text: "prompt length"}, type: "category"}},
       {displayModeBar: false, responsive: true});
     Plotly.react(id + "-bars", barTraces(), {margin: {t: 30, l: 60, r: 10, b: 90}, height: 420,
       title: {text: "cheapest admissible cost per layout at " + fmtK(D.contexts[sel.c]) + ", reuse " +
               Math.round(D.hits[sel.h] * 100) + "%", font: {size: 13}},
-      yaxis: {title: {text: "USD per million tokens"}}}, {displayModeBar: false, responsive: true});
+      xaxis: {type: "category"}, yaxis: {title: {text: "USD per million tokens"}}},
+      {displayModeBar: false, responsive: true});
     root.setAttribute("data-state", [sel.f, sel.c, sel.h].join(","));
   }
   [["f", "kv-f"], ["c", "kv-c"], ["h", "kv-h"]].forEach(function (p) {
