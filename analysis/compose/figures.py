@@ -93,9 +93,10 @@ def decision_map(cells, layouts, *, factors=None, fmt_cost="${:.3f}", panel_widt
         ax.set_title(f"SSD prices × {f:g}", fontsize=10)
         ax.grid(False)
     axes[0][0].set_ylabel("prompt length (tokens)")
-    used = [l for l in layouts if (cells["layout"] == l).any()]
+    shown = cells[np.isin(cells["ssd_price_factor"], factors)]
+    used = [l for l in layouts if (shown["layout"] == l).any()]
     handles = [Patch(color=colors[l], alpha=0.75, label=LAYOUT_LABELS[l]) for l in used]
-    if "flips" in cells and cells["flips"].any():
+    if "flips" in shown and shown["flips"].any():
         handles.append(Patch(fill=False, hatch="////", ec="0.35",
                              label="answer flips within the declared ranges"))
     fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 3), bbox_to_anchor=(0.5, 1.02),
