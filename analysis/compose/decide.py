@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..specs import ModelSpec, model as _model
+from ..specs import ModelSpec
+from ..specs import model as _model
 from ..tiering.tiers import CONFIGS
 from .fidelity import KVPolicy
 from .pipeline import LAYOUTS, MODES, ComposeError, ReuseCurve, Scenario, evaluate
@@ -34,7 +35,8 @@ class Option:
 def options(layouts, policies, modes) -> list[Option]:
     bad = [x for x in layouts if x not in LAYOUTS] + [x for x in modes if x not in MODES]
     if bad:
-        raise ComposeError(f"unknown layouts/modes {bad}; layouts: {', '.join(LAYOUTS)}; modes: {', '.join(MODES)}")
+        raise ComposeError(f"unknown layouts/modes {bad}; layouts: {', '.join(LAYOUTS)}; "
+                           f"modes: {', '.join(MODES)}")
     if not (layouts and policies and modes):
         raise ComposeError("options need at least one layout, one policy and one mode")
     return [Option(l, p, m) for l, p, m in itertools.product(layouts, policies, modes)]
@@ -42,20 +44,56 @@ def options(layouts, policies, modes) -> list[Option]:
 
 @dataclass(frozen=True)
 class FidelityFloor:
-    """A policy is admissible when its top-1 agreement with the full cache is at least ``top1``
-    and its perplexity rises by at most ``max_ppl_change`` (relative)."""
+    """The fidelity floor, declared before any map is computed. A policy measured by chapter 4 is
+    admissible when its top-1 agreement with the full cache is at least ``top1`` and its perplexity
+    rises by at most ``max_ppl_change`` (relative); a policy with published long-context results
+    when its benchmark score is at least ``min_score_ratio`` of the full cache's (mean over the
+    published models); an exact policy always; one without evidence (source ``'none'``) never.
+
+    ``in_drive`` maps the AI SSD's stored bits to its in-drive quantization as a KV policy
+    (:func:`analysis.compose.fidelity.in_drive_policy`): an option on the ``ai_ssd`` layout must pass
+    the floor with it too. A precision missing from ``in_drive`` is judged as having no evidence."""
 
     top1: float = 0.9
     max_ppl_change: float = 0.05
+    min_score_ratio: float = 0.95
+    published_ratio: str = "mean"  # 'mean' over the published models, or 'min': the worst model's
+    in_drive: dict = dataclasses.field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self):
         if not 0 <= self.top1 <= 1:
             raise ComposeError(f"fidelity floor: top1 must be in [0, 1], got {self.top1!r}")
         if not self.max_ppl_change >= 0:  # inf: no perplexity condition
             raise ComposeError(f"fidelity floor: max_ppl_change must be >= 0, got {self.max_ppl_change!r}")
+        if self.published_ratio not in ("mean", "min"):
+            raise ComposeError("fidelity floor: published_ratio must be 'mean' or 'min', "
+                               f"got {self.published_ratio!r}")
+        if not 0 <= self.min_score_ratio <= 10:
+            raise ComposeError(f"fidelity floor: min_score_ratio must be in [0, 10], "
+                               f"got {self.min_score_ratio!r}")
 
     def admits(self, policy: KVPolicy) -> bool:
-        return policy.name == "full" or (policy.top1 >= self.top1 and policy.ppl_change <= self.max_ppl_change)
+        if policy.name == "full" or policy.source == "exact":
+            return True
+        if policy.source == "none":
+            return False
+        if policy.source == "published":
+            ratio = policy.score_ratio_min if self.published_ratio == "min" else policy.score_ratio
+            return bool(ratio >= self.min_score_ratio)
+        return policy.top1 >= self.top1 and policy.ppl_change <= self.max_ppl_change
+
+    def in_drive_policy(self, bits: int) -> KVPolicy:
+        if int(bits) >= 16:
+            return KVPolicy(f"ai_ssd_int{int(bits)}", 1.0, source="exact")
+        none = KVPolicy(f"ai_ssd_int{int(bits)}", int(bits) / 16.0, source="none")
+        return self.in_drive.get(int(bits), none)
+
+    def admits_option(self, policy: KVPolicy, layout: str, ai_ssd_bits: int = 16) -> bool:
+        """The policy, and on the ``ai_ssd`` layout the drive's in-drive quantization too."""
+        return self.admits(policy) and (layout != "ai_ssd" or self.admits(self.in_drive_policy(ai_ssd_bits)))
+
+    def replace(self, **kw) -> "FidelityFloor":
+        return dataclasses.replace(self, **kw)
 
 
 def _floor(f) -> FidelityFloor:
@@ -78,10 +116,11 @@ def evaluate_options(base: Scenario, opts, reuse: ReuseCurve | None, floor) -> p
     for o in opts:
         s = base.replace(layout=o.layout, policy=o.policy, mode=o.mode)
         r = evaluate(s, reuse)
-        fid = floor.admits(o.policy)
+        fid = floor.admits_option(o.policy, o.layout, s.tiers.ai_ssd_bits)
         rows.append({"layout": o.layout, "policy": o.policy.label, "mode": o.mode, "option": o.label,
                      **r.as_dict(), "fidelity_ok": fid, "admissible": bool(r.feasible and fid),
-                     "top1": o.policy.top1, "kl": o.policy.kl})
+                     "top1": o.policy.top1, "kl": o.policy.kl, "fidelity_source": o.policy.source,
+                     "ai_ssd_bits": int(s.tiers.ai_ssd_bits)})
     return pd.DataFrame(rows)
 
 
@@ -113,31 +152,48 @@ def decision_map(base: Scenario, contexts, hit_rates, ssd_price_factors, opts, r
         for I in contexts:
             if I + base.output_tokens > m.max_context:
                 for h in hit_rates:
-                    cells.append({"context": I, "hit_rate": h, "ssd_price_factor": f, "option": "beyond context window",
-                                  "layout": None, "policy": None, "mode": None, "usd_per_mtok": np.nan})
+                    cells.append({"context": I, "hit_rate": h, "ssd_price_factor": f,
+                                  "option": "beyond context window", "layout": None, "policy": None,
+                                  "mode": None, "usd_per_mtok": np.nan})
                 continue
             for h in hit_rates:
                 df = evaluate_options(bf.replace(input_tokens=I, hit_rate=h), opts, reuse, floor)
                 df = df.assign(context=I, hit_rate=h, ssd_price_factor=f)
                 every.append(df)
-                best = cheapest(df)
-                hbm = cheapest(df[df["layout"] == "hbm"])
-                col = cheapest(df[df["mode"] == "C"])
-                base_row = df[(df["layout"] == "hbm") & (df["policy"] == KVPolicy.full().label) & (df["mode"] == "C")]
-                row = {"context": I, "hit_rate": h, "ssd_price_factor": f,
-                       "n_admissible": int(df["admissible"].sum()), "n_options": len(df)}
-                if best is None:
-                    row.update(option="no admissible option", layout=None, policy=None, mode=None, usd_per_mtok=np.nan)
-                else:
-                    row.update(option=best["option"], layout=best["layout"], policy=best["policy"], mode=best["mode"],
-                               usd_per_mtok=best["usd_per_mtok"], ttft_s=best["ttft_s"], tpot_s=best["tpot_s"],
-                               realized_hit_rate=best["realized_hit_rate"])
-                row["hbm_only_usd_per_mtok"] = hbm["usd_per_mtok"] if hbm is not None else np.nan
-                row["colocated_usd_per_mtok"] = col["usd_per_mtok"] if col is not None else np.nan
-                row["baseline_usd_per_mtok"] = (float(base_row["usd_per_mtok"].iloc[0])
-                                                if len(base_row) and bool(base_row["feasible"].iloc[0]) else np.nan)
-                cells.append(row)
+                cells.append(_cell(df, I, h, f))
     return pd.DataFrame(cells), (pd.concat(every, ignore_index=True) if every else pd.DataFrame())
+
+
+def _cell(df: pd.DataFrame, I, h, f) -> dict:
+    """One cell of the map from every option of it: the cheapest admissible option, the cheapest
+    HBM-only and colocated ones, and the HBM-only, full-cache, colocated baseline."""
+    best = cheapest(df)
+    hbm = cheapest(df[df["layout"] == "hbm"])
+    col = cheapest(df[df["mode"] == "C"])
+    base_row = df[(df["layout"] == "hbm") & (df["policy"] == KVPolicy.full().label) & (df["mode"] == "C")]
+    row = {"context": I, "hit_rate": h, "ssd_price_factor": f,
+           "n_admissible": int(df["admissible"].sum()), "n_options": len(df)}
+    if best is None:
+        row.update(option="no admissible option", layout=None, policy=None, mode=None, usd_per_mtok=np.nan)
+    else:
+        row.update(option=best["option"], layout=best["layout"], policy=best["policy"], mode=best["mode"],
+                   usd_per_mtok=best["usd_per_mtok"], ttft_s=best["ttft_s"], tpot_s=best["tpot_s"],
+                   realized_hit_rate=best["realized_hit_rate"])
+    row["hbm_only_usd_per_mtok"] = hbm["usd_per_mtok"] if hbm is not None else np.nan
+    row["colocated_usd_per_mtok"] = col["usd_per_mtok"] if col is not None else np.nan
+    row["baseline_usd_per_mtok"] = (float(base_row["usd_per_mtok"].iloc[0])
+                                    if len(base_row) and bool(base_row["feasible"].iloc[0]) else np.nan)
+    return row
+
+
+def cells_from_every(cells: pd.DataFrame, every: pd.DataFrame) -> pd.DataFrame:
+    """The map's cells recomputed from (a repriced or re-judged) ``every`` of :func:`decision_map`;
+    cells beyond the model's context window are kept as they are."""
+    key = ["context", "hit_rate", "ssd_price_factor"]
+    rows = {k: _cell(g, *k) for k, g in every.groupby(key, sort=False)} if len(every) else {}
+    kept = cells[key + ["option", "layout", "policy", "mode", "usd_per_mtok"]]
+    out = [rows.get(tuple(r[k] for k in key), r.to_dict()) for _, r in kept.iterrows()]
+    return pd.DataFrame(out)
 
 
 def sweep(base: Scenario, values, make, opts, reuse, floor, *, by: str = "layout") -> pd.DataFrame:
@@ -147,7 +203,8 @@ def sweep(base: Scenario, values, make, opts, reuse, floor, *, by: str = "layout
     for v in values:
         df = evaluate_options(make(base, v), opts, reuse, floor)
         best = cheapest(df)
-        rows.append({"value": v, "group": "best", "usd_per_mtok": np.nan if best is None else best["usd_per_mtok"],
+        rows.append({"value": v, "group": "best",
+                     "usd_per_mtok": np.nan if best is None else best["usd_per_mtok"],
                      "option": None if best is None else best["option"]})
         for g, sub in df.groupby(by, sort=False):
             b = cheapest(sub)
@@ -180,7 +237,8 @@ def tiers_scaled(base: Scenario, **factors) -> Scenario:
     for k, f in factors.items():
         if not hasattr(d, k):
             raise ComposeError(f"chapter 2's Deployment has no field {k!r}")
-        new[k] = f if k in ("nvme_bw_override", "ai_ssd_bits", "ai_ssd_drives", "cxl_devices") else getattr(d, k) * f
+        set_ = k in ("nvme_bw_override", "ai_ssd_bits", "ai_ssd_drives", "cxl_devices")
+        new[k] = f if set_ else getattr(d, k) * f
     return base.replace(tiers=d.replace(**new))
 
 
@@ -223,7 +281,8 @@ def decode_throughput(model, context_tokens: float, output_tokens: float, gpu: s
     one = c["feasible"] & (c["batch"] == np.min(c["batch"][c["feasible"]]))
     j = int(np.flatnonzero(one)[np.argmin(c["tpot"][one])]) if one.any() else i
     return {"feasible": True, "tokens_per_s_per_device": float(tput[i]), "batch": float(c["batch"][i]),
-            "devices": float(c["devices"][i]), "tpot_s": float(c["tpot"][i]), "tpot_batch1_s": float(c["tpot"][j]),
+            "devices": float(c["devices"][i]), "tpot_s": float(c["tpot"][i]),
+            "tpot_batch1_s": float(c["tpot"][j]),
             "batch1": float(c["batch"][j])}
 
 
@@ -231,6 +290,12 @@ def decode_throughput(model, context_tokens: float, output_tokens: float, gpu: s
 
 def _share(mask) -> float:
     return float(np.mean(mask)) if len(mask) else math.nan
+
+
+def _saving(ok: pd.DataFrame, against: str, how: str) -> float:
+    if not len(ok):
+        return math.nan
+    return float(getattr(1 - ok["usd_per_mtok"] / ok[against], how)())
 
 
 def map_findings(cells: pd.DataFrame) -> dict:
@@ -243,11 +308,11 @@ def map_findings(cells: pd.DataFrame) -> dict:
         "share_off_hbm": _share(off), "share_compressed": _share(ok["policy"] != full),
         "share_qevict": _share(ok["policy"].astype(str).str.startswith("qevict")),
         "share_disagg": _share(ok["mode"] != "C"),
-        "tier_saving_median": float((1 - ok["usd_per_mtok"] / ok["hbm_only_usd_per_mtok"]).median()) if len(ok) else math.nan,
-        "tier_saving_max": float((1 - ok["usd_per_mtok"] / ok["hbm_only_usd_per_mtok"]).max()) if len(ok) else math.nan,
-        "total_saving_median": float((1 - ok["usd_per_mtok"] / ok["baseline_usd_per_mtok"]).median()) if len(ok) else math.nan,
-        "total_saving_max": float((1 - ok["usd_per_mtok"] / ok["baseline_usd_per_mtok"]).max()) if len(ok) else math.nan,
-        "disagg_saving_max": float((1 - ok["usd_per_mtok"] / ok["colocated_usd_per_mtok"]).max()) if len(ok) else math.nan,
+        "tier_saving_median": _saving(ok, "hbm_only_usd_per_mtok", "median"),
+        "tier_saving_max": _saving(ok, "hbm_only_usd_per_mtok", "max"),
+        "total_saving_median": _saving(ok, "baseline_usd_per_mtok", "median"),
+        "total_saving_max": _saving(ok, "baseline_usd_per_mtok", "max"),
+        "disagg_saving_max": _saving(ok, "colocated_usd_per_mtok", "max"),
     }
     pol = ok["policy"].value_counts()
     out["top_policy"] = pol.index[0] if len(pol) else "no admissible option"
@@ -294,3 +359,151 @@ def group_change(df: pd.DataFrame, groups) -> float:
     if not np.isfinite(a):
         return math.nan
     return math.inf if not np.isfinite(z) else float(z / a - 1)
+
+
+# ------------------------------------------------------------------------- uncertainty on the map
+
+@dataclass(frozen=True)
+class Perturbation:
+    """One end of a declared sensitivity range: ``apply(base, floor) -> (base, floor)`` (the map is
+    recomputed), and optionally ``reprice(every, floor, opts) -> every`` giving exactly the same
+    options from the unperturbed map's options without re-evaluating them (a GPU rate scales the GPU
+    cost linearly; a fidelity floor only re-judges admissibility)."""
+
+    input: str
+    label: str
+    apply: object
+    reprice: object = None
+
+
+def declared_perturbations(gpu_rent_range=(0.8, 1.25), tier_price_range=(0.5, 2.0),
+                           published_spread: bool = True) -> list[Perturbation]:
+    """The sensitivity ranges the chapter declares before computing the map: the GPU's rental rate
+    and every off-HBM tier's price (DRAM, CXL, NVMe, QLC, AI SSD) at both ends of their ranges, and
+    the published fidelity judged at the worst published model instead of the mean."""
+    out = []
+    for f in gpu_rent_range:
+        def gpu(b, fl, f=float(f)):
+            from ..tiering.tiers import gpu_usd_per_s
+
+            rent = gpu_usd_per_s(b.tiers.replace(gpu=b.gpu), "rent", b.gpu_rent_usd_per_s)
+            return b.replace(gpu_rent_usd_per_s=rent * f), fl
+        def gpu_fast(every, fl, opts, f=float(f)):
+            e = every.copy()
+            ok = np.isfinite(e["gpu_usd_per_mtok"])
+            e.loc[ok, "usd_per_mtok"] = e.loc[ok, "usd_per_mtok"] + (f - 1) * e.loc[ok, "gpu_usd_per_mtok"]
+            e.loc[ok, "gpu_usd_per_mtok"] = f * e.loc[ok, "gpu_usd_per_mtok"]
+            return e
+        out.append(Perturbation("GPU rent", f"GPU rent × {f:g}", gpu, gpu_fast))
+    for f in tier_price_range:
+        def price(b, fl, f=float(f)):
+            return tiers_scaled(b, **{k: f for k in TIER_PRICE_FIELDS}), fl
+        out.append(Perturbation("tier prices", f"off-HBM tier prices × {f:g}", price))
+    if published_spread:
+        out.append(Perturbation("published fidelity", "published fidelity of the worst model",
+                                lambda b, fl: (b, fl.replace(published_ratio="min")),
+                                lambda every, fl, opts: rejudge(every, fl.replace(published_ratio="min"),
+                                                                opts)))
+    return out
+
+
+TIER_PRICE_FIELDS = ("dram_usd_per_byte", "cxl_usd_per_byte", "nvme_usd_per_byte", "qlc_usd_per_byte",
+                     "ai_ssd_usd_per_byte")
+
+
+def rejudge(every: pd.DataFrame, floor, opts) -> pd.DataFrame:
+    """``every`` of :func:`decision_map` with fidelity and admissibility judged by another floor."""
+    floor = _floor(floor)
+    by_label = {o.label: o for o in opts}
+    e = every.copy()
+    bits = e["ai_ssd_bits"] if "ai_ssd_bits" in e else pd.Series(16, index=e.index)
+    e["fidelity_ok"] = [floor.admits_option(by_label[o].policy, by_label[o].layout, int(b))
+                        for o, b in zip(e["option"], bits)]
+    e["admissible"] = e["feasible"].astype(bool) & e["fidelity_ok"]
+    return e
+
+
+def map_uncertainty(base: Scenario, contexts, hit_rates, ssd_price_factors, opts, reuse, floor,
+                    perturbations, cells: pd.DataFrame | None = None, every: pd.DataFrame | None = None):
+    """(cells, findings): the decision map's cells with ``flips`` (the cheapest option changes at some
+    end of a declared range), ``layout_flips`` (its tier layout changes) and ``flipped_by`` (which
+    ranges), and the :func:`map_findings` of every perturbed map (one row each, ``perturbation``)."""
+    floor = _floor(floor)
+    if cells is None or every is None:
+        cells, every = decision_map(base, contexts, hit_rates, ssd_price_factors, opts, reuse, floor)
+    key = ["context", "hit_rate", "ssd_price_factor"]
+    out = cells.copy()
+    out["flips"], out["layout_flips"] = False, False
+    out["flipped_by"] = [[] for _ in range(len(out))]
+    found = [{"perturbation": "declared values", **map_findings(cells)}]
+    ref = out.set_index(key)
+    for pt in perturbations:
+        if pt.reprice is not None:
+            alt = cells_from_every(cells, pt.reprice(every, floor, opts))
+        else:
+            b, fl = pt.apply(base, floor)
+            alt, _ = decision_map(b, contexts, hit_rates, ssd_price_factors, opts, reuse, fl)
+        found.append({"perturbation": pt.label, **map_findings(alt)})
+        alt = alt.set_index(key).reindex(ref.index)
+        opt_change = alt["option"].astype(str).to_numpy() != ref["option"].astype(str).to_numpy()
+        lay_change = alt["layout"].astype(str).to_numpy() != ref["layout"].astype(str).to_numpy()
+        out.loc[opt_change, "flips"] = True
+        out.loc[lay_change, "layout_flips"] = True
+        for i in np.flatnonzero(opt_change):
+            out.at[out.index[i], "flipped_by"] = out.at[out.index[i], "flipped_by"] + [pt.label]
+    out["flipped_by"] = out["flipped_by"].map(lambda v: "; ".join(v))
+    return out, pd.DataFrame(found)
+
+
+def finding_range(found: pd.DataFrame, key: str) -> tuple[float, float, float]:
+    """(declared value, lowest, highest) of one finding over the perturbed maps."""
+    v = found[key].astype(float)
+    return float(v.iloc[0]), float(np.nanmin(v)), float(np.nanmax(v))
+
+
+def compare_maps(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str) -> pd.DataFrame:
+    """The cells whose cheapest option differs between two decision maps of the same grid."""
+    key = ["context", "hit_rate", "ssd_price_factor"]
+    m = a.set_index(key)[["option"]].join(b.set_index(key)[["option"]], lsuffix="_a", rsuffix="_b")
+    d = m[m["option_a"].astype(str) != m["option_b"].astype(str)].reset_index()
+    return d.rename(columns={"option_a": label_a, "option_b": label_b})
+
+
+# ----------------------------------------------------------------------------- rules of thumb
+
+def rules_of_thumb(cells: pd.DataFrame, ssd_price_factor: float = 1.0) -> dict:
+    """Short rules the map supports, each computed from its cells (at ``ssd_price_factor`` where a
+    rule needs one price): when HBM alone is enough, from which reuse a tier beyond HBM always wins,
+    which tier and policy win most, from which prompt length disaggregation wins most cells, and how
+    much the SSD price moves the answer."""
+    ok = cells.dropna(subset=["usd_per_mtok"])
+    at = ok[np.isclose(ok["ssd_price_factor"], ssd_price_factor)]
+    if at.empty:
+        at = ok
+    F = map_findings(ok)
+    rules = {"hbm": f"Keep the KV cache in HBM alone {F['hbm_max_hit_text']}."}
+    off_by_hit = at.groupby("hit_rate")["layout"].apply(lambda v: bool((v != "hbm").all()))
+    hs = [h for h in sorted(off_by_hit.index) if off_by_hit.loc[h:].all()]
+    rules["tier"] = (f"From a reuse of {hs[0]:.0%} on, a tier beyond HBM is cheapest at every prompt length "
+                     f"(mostly {F['top_offhbm_layout']})." if hs else
+                     "No reuse level makes a tier beyond HBM cheapest at every prompt length.")
+    rules["policy"] = (f"Compress the KV cache: {F['top_policy']} is the cheapest admissible policy in "
+                       f"{F['top_policy_share']:.0%} of the cells." if F["top_policy"] != "full cache" else
+                       "Keep the full cache: no compressed policy both passes the fidelity floor and wins "
+                       "most cells.")
+    dis = at.assign(d=at["mode"] != "C").groupby("context")["d"].mean()
+    cs = [c for c in sorted(dis.index) if (dis.loc[c:] > 0.5).all()]
+    rules["mode"] = (f"Disaggregate from a prompt of {cs[0]:,} tokens on (a disaggregated mode wins most "
+                     f"cells there); below, colocated serving is as cheap." if cs else
+                     "Colocated serving wins most cells at the longest prompts too; disaggregate only where "
+                     "the map says so.")
+    if ok["ssd_price_factor"].nunique() > 1:
+        piv = ok.pivot_table(index=["context", "hit_rate"], columns="ssd_price_factor", values="option",
+                             aggfunc="first")
+        moved = float((piv.nunique(axis=1) > 1).mean())
+        lo, hi = min(piv.columns), max(piv.columns)
+        rules["ssd"] = (f"SSD prices from × {lo:g} to × {hi:g} change the answer in {moved:.0%} of the "
+                        "(prompt, reuse) cells.")
+    else:
+        rules["ssd"] = "One SSD price only: the map does not show how SSD prices move the answer."
+    return rules

@@ -14,14 +14,31 @@ full cache of the same run, so that it can be applied to any model of chapter 1:
 
 Assumption (stated in the chapter): these ratios and fidelities, measured on a 135M model at a
 short context, carry over to the served model at the same budget fraction.
+
+**Two sources of fidelity.** Chapter 4's measurement is one source; published long-context benchmark
+results of the same policies on 7B-70B models are the other (``kvfid:`` rows of ``data/published.csv``,
+:func:`published_table`). :func:`with_source` gives each policy its *published* fidelity where the
+published rows cover it (same policy, a published budget at or below the policy's: a larger budget is
+assumed never to score lower) and keeps chapter 4's otherwise; the floor
+(:class:`~analysis.compose.decide.FidelityFloor`) then judges a published policy by its benchmark score
+relative to the full cache of the same model and benchmark, a chapter-4 policy by top-1 agreement and
+perplexity.
+
+**The AI SSD's in-drive quantization is a KV policy** (:func:`in_drive_policy`): prefixes stored at
+``b`` bits and loaded back into HBM are what the model attends to, so the ``ai_ssd`` layout carries the
+fidelity of KIVI at ``b`` bits with no full-precision residual (published where covered, else chapter
+4's KIVI-``b`` at its smallest measured budget); 16 bits is exact; a precision no source measured has no
+fidelity evidence and cannot pass the floor.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
+
+SOURCES = ("chapter 4", "published", "exact", "none")
 
 
 @dataclass(frozen=True)
@@ -35,6 +52,9 @@ class KVPolicy:
     top1: float = 1.0
     ppl_change: float = 0.0
     fits: bool = True
+    source: str = "chapter 4"          # where kl / top1 / ppl_change or score_ratio come from
+    score_ratio: float = math.nan      # published benchmark score / full cache's (mean over models)
+    score_ratio_min: float = math.nan  # the lowest model's ratio (the published spread)
 
     def __post_init__(self):
         for f in ("budget", "hot_ratio"):
@@ -47,6 +67,11 @@ class KVPolicy:
                 raise ValueError(f"KVPolicy {self.name!r}: {f} must be finite and >= 0, got {v!r}")
         if not 0 <= self.top1 <= 1:
             raise ValueError(f"KVPolicy {self.name!r}: top1 must be in [0, 1], got {self.top1!r}")
+        if self.source not in SOURCES:
+            raise ValueError(f"KVPolicy {self.name!r}: source must be one of {', '.join(SOURCES)}, "
+                             f"got {self.source!r}")
+        if self.source == "published" and not (math.isfinite(self.score_ratio) and self.score_ratio >= 0):
+            raise ValueError(f"KVPolicy {self.name!r}: a published policy needs a finite score_ratio >= 0")
 
     @property
     def label(self) -> str:
@@ -62,8 +87,8 @@ class KVPolicy:
         return cls("full")
 
 
-def measure(policies, budgets, *, documents=("docs:typing",), prefill_tokens: int = 256, decode_tokens: int = 32,
-            verbose: bool = False, **overrides) -> list[KVPolicy]:
+def measure(policies, budgets, *, documents=("docs:typing",), prefill_tokens: int = 256,
+            decode_tokens: int = 32, verbose: bool = False, **overrides) -> list[KVPolicy]:
     """Chapter 4's experiment (:func:`analysis.qevict.experiment.run_experiment`, every run cached
     on disk) with a small configuration: the full cache and every policy at every budget on
     ``documents``; chapter 4's other parameters at their defaults unless overridden."""
@@ -115,13 +140,116 @@ def from_summary(summary: pd.DataFrame) -> list[KVPolicy]:
             hot_ratio=float(min(((g["bytes_full"] + g["bytes_quantized"]) / r).mean(), 1.0)),
             cold_ratio=float((g["bytes_cold"] / r).mean()),
             recall_ratio_per_step=float((g["recall_bytes"] / g["decode_steps"] / r).mean()),
-            kl=max(float(g["kl"].mean()), 0.0), top1=float(g["top1"].mean()), ppl_change=float(g["dppl"].mean()),
+            kl=max(float(g["kl"].mean()), 0.0), top1=float(g["top1"].mean()),
+            ppl_change=float(g["dppl"].mean()),
             fits=bool(g["fits"].all())))
     return res
 
 
 def table(policies: list[KVPolicy]) -> pd.DataFrame:
-    return pd.DataFrame([{"policy": p.label, "name": p.name, "budget": p.budget, "on-device bytes": p.hot_ratio,
-                          "cold-tier bytes": p.cold_ratio, "recall / step": p.recall_ratio_per_step,
-                          "KL (nats)": p.kl, "top-1 agreement": p.top1, "perplexity change": p.ppl_change,
-                          "within budget without extra eviction": p.fits} for p in policies])
+    """One row per policy: bytes, recalls, chapter 4's fidelity (blank for an exact policy or one
+    without evidence), the published score ratio where the published source covers it."""
+    def m(p, v):
+        return v if p.source in ("chapter 4", "published") or p.name == "full" else math.nan
+
+    return pd.DataFrame([{"policy": p.label, "name": p.name, "budget": p.budget,
+                          "on-device bytes": p.hot_ratio, "cold-tier bytes": p.cold_ratio,
+                          "recall / step": p.recall_ratio_per_step,
+                          "KL (nats)": m(p, p.kl), "top-1 agreement": m(p, p.top1),
+                          "perplexity change": m(p, p.ppl_change),
+                          "within budget without extra eviction": p.fits, "fidelity source": p.source,
+                          "published score ratio": p.score_ratio} for p in policies])
+
+
+# ----------------------------------------------------------------------- the published source
+
+PUBLISHED_PREFIX = "kvfid:"
+
+
+def published_table(df: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The published long-context fidelity rows (``kvfid:<benchmark>:<model>:<policy>:<budget>`` keys of
+    ``data/published.csv``), one per (benchmark, model, policy, budget), with ``ratio`` = score / the
+    full cache's score on the same benchmark and model. A benchmark-model group without a full-cache
+    row is an error (a ratio needs it)."""
+    if df is None:
+        from .. import data
+
+        df = data.table("published.csv")
+    sub = df[df["key"].astype(str).str.startswith(PUBLISHED_PREFIX)]
+    rows = []
+    for _, r in sub.iterrows():
+        parts = str(r["key"]).split(":")
+        if len(parts) != 5:
+            raise ValueError(f"published fidelity key {r['key']!r}: expected "
+                             "kvfid:<benchmark>:<model>:<policy>:<budget>")
+        _, bench, model, pol, budget = parts
+        rows.append({"benchmark": bench, "model": model, "policy": pol, "budget": float(budget),
+                     "score": float(r["value"]), "source": r["source"]})
+    out = pd.DataFrame(rows, columns=["benchmark", "model", "policy", "budget", "score", "source"])
+    if out.empty:
+        return out.assign(ratio=pd.Series(dtype=float))
+    full = out[out["policy"] == "full"].set_index(["benchmark", "model"])["score"]
+    keys = list(zip(out["benchmark"], out["model"]))
+    missing = sorted({f"{b}/{m}" for b, m in keys if (b, m) not in full.index})
+    if missing:
+        raise ValueError("published fidelity rows without a full-cache row to compare with: "
+                         + ", ".join(missing))
+    out["ratio"] = [s / full.loc[k] for s, k in zip(out["score"], keys)]
+    return out
+
+
+def published_fidelity(name: str, budget: float, table: pd.DataFrame | None = None) -> dict | None:
+    """The published fidelity of policy ``name`` at on-device ``budget``: the rows of the largest
+    published budget at or below ``budget`` (a policy given more memory is assumed never to score
+    lower), their mean and lowest score ratio over (benchmark, model); ``None`` when not covered."""
+    t = published_table() if table is None else table
+    rows = t[(t["policy"] == name) & (t["budget"] <= budget + 1e-9)]
+    if rows.empty:
+        return None
+    b = rows["budget"].max()
+    rows = rows[rows["budget"] == b]
+    return {"budget": float(b), "ratio_mean": float(rows["ratio"].mean()),
+            "ratio_min": float(rows["ratio"].min()),
+            "n": len(rows), "models": ", ".join(sorted(set(rows["model"]))),
+            "benchmarks": ", ".join(sorted(set(rows["benchmark"])))}
+
+
+def with_source(policies, source: str = "published", table: pd.DataFrame | None = None) -> list[KVPolicy]:
+    """The policies with the fidelity the served model gets: ``'published'`` where the published rows
+    cover a policy (else chapter 4's, unchanged); ``'chapter 4'`` returns them unchanged."""
+    if source not in ("published", "chapter 4"):
+        raise ValueError(f"fidelity source must be 'published' or 'chapter 4', got {source!r}")
+    if source == "chapter 4":
+        return list(policies)
+    t = published_table() if table is None else table
+    out = []
+    for p in policies:
+        pub = None if p.name == "full" else published_fidelity(p.name, p.budget, t)
+        out.append(p if pub is None else dataclasses.replace(
+            p, source="published", score_ratio=pub["ratio_mean"], score_ratio_min=pub["ratio_min"]))
+    return out
+
+
+def in_drive_policy(bits: int, policies, source: str = "published",
+                    table: pd.DataFrame | None = None) -> KVPolicy:
+    """The AI SSD's in-drive quantization at ``bits`` as a KV policy (what the model attends to after a
+    prefix comes back from the drive): exact at 16 bits; else KIVI-``bits`` with no full-precision
+    residual, from the published rows (budget ``bits / 16``) when ``source`` is ``'published'`` and
+    they cover it, else chapter 4's KIVI-``bits`` at its smallest measured budget among ``policies``;
+    a policy with ``source='none'`` (no evidence, never admitted) when neither has it."""
+    bits = int(bits)
+    name = f"ai_ssd_int{bits}"
+    if bits >= 16:
+        return KVPolicy(name, 1.0, source="exact")
+    kivi = f"kivi{bits}"
+    if source == "published":
+        t = published_table() if table is None else table
+        pub = published_fidelity(kivi, bits / 16.0, t)
+        if pub is not None:
+            return KVPolicy(name, bits / 16.0, hot_ratio=1.0, source="published",
+                            score_ratio=pub["ratio_mean"], score_ratio_min=pub["ratio_min"])
+    measured = [p for p in policies if p.name == kivi and p.source == "chapter 4"]
+    if measured:
+        p = min(measured, key=lambda q: q.budget)
+        return KVPolicy(name, p.budget, kl=p.kl, top1=p.top1, ppl_change=p.ppl_change, source="chapter 4")
+    return KVPolicy(name, bits / 16.0, source="none")

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.patches import Patch
+import pandas as pd
+from matplotlib.patches import Patch, Rectangle
 
 from .. import plots
 from .decide import LAYOUT_LABELS
@@ -48,18 +49,20 @@ def _annotate_frontiers(ax, lay, n_rows, n_cols):
                             bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="black", lw=0.6, alpha=0.9))
 
 
-def decision_map(cells, layouts, *, fmt_cost="${:.3f}"):
-    """One panel per SSD price factor: context (rows) x hit rate (columns), coloured by the
-    cheapest layout, with the policy, mode and cost written in each cell and thick lines on the
-    frontiers where the cheapest layout changes."""
+def decision_map(cells, layouts, *, factors=None, fmt_cost="${:.3f}", panel_width=4.3, fontsize=6.5):
+    """One panel per SSD price factor (``factors``: a subset; default all): context (rows) x hit rate
+    (columns), coloured by the cheapest layout, with the policy, mode and cost written in each cell
+    and thick lines on the frontiers where the cheapest layout changes. Cells whose answer flips
+    within the declared sensitivity ranges (a ``flips`` column,
+    :func:`~analysis.compose.decide.map_uncertainty`) are hatched."""
     colors = layout_colors(layouts)
-    factors = sorted(cells["ssd_price_factor"].unique())
+    factors = sorted(cells["ssd_price_factor"].unique()) if factors is None else list(factors)
     hits = sorted(cells["hit_rate"].unique())
     ctxs = sorted(cells["context"].unique())
-    fig, axes = plt.subplots(1, len(factors), figsize=(4.3 * len(factors) + 1.5, 0.62 * len(ctxs) + 2.2),
-                             squeeze=False, sharey=True)
+    size = (panel_width * len(factors) + 1.5, 0.62 * len(ctxs) + 2.2)
+    fig, axes = plt.subplots(1, len(factors), figsize=size, squeeze=False, sharey=True)
     for ax, f in zip(axes[0], factors):
-        sub = cells[cells["ssd_price_factor"] == f].set_index(["context", "hit_rate"])
+        sub = cells[np.isclose(cells["ssd_price_factor"], f)].set_index(["context", "hit_rate"])
         grid = np.full((len(ctxs), len(hits), 3), 0.92)
         lay = np.empty((len(ctxs), len(hits)), dtype=object)
         for i, c in enumerate(ctxs):
@@ -68,10 +71,13 @@ def decision_map(cells, layouts, *, fmt_cost="${:.3f}"):
                 lay[i, j] = r["layout"]
                 if r["layout"] in colors:
                     grid[i, j] = colors[r["layout"]][:3]
-                    ax.text(j, i, f"{short_policy(r['policy'])}\n{r['mode']}\n{fmt_cost.format(r['usd_per_mtok'])}",
-                            ha="center", va="center", fontsize=6.5, color="black")
+                    label = f"{short_policy(r['policy'])}\n{r['mode']}\n{fmt_cost.format(r['usd_per_mtok'])}"
+                    ax.text(j, i, label, ha="center", va="center", fontsize=fontsize, color="black")
                 else:
-                    ax.text(j, i, "—", ha="center", va="center", fontsize=7)
+                    ax.text(j, i, "—", ha="center", va="center", fontsize=fontsize + 0.5)
+                if bool(r.get("flips", False)):
+                    ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="////", ec="0.35",
+                                           lw=0))
         ax.imshow(grid, aspect="auto", origin="lower", alpha=0.75)
         # frontier lines: cell edges across which the cheapest layout changes
         for i in range(len(ctxs)):
@@ -87,12 +93,151 @@ def decision_map(cells, layouts, *, fmt_cost="${:.3f}"):
         ax.set_title(f"SSD prices × {f:g}", fontsize=10)
         ax.grid(False)
     axes[0][0].set_ylabel("prompt length (tokens)")
-    used = [l for l in layouts if (cells["layout"] == l).any()]
-    fig.legend(handles=[Patch(color=colors[l], alpha=0.75, label=LAYOUT_LABELS[l]) for l in used],
-               loc="upper center", ncol=min(len(used), 4), bbox_to_anchor=(0.5, 1.02), title="cheapest tier layout",
-               fontsize=8)
-    fig.tight_layout(rect=(0, 0, 1, 0.88))
+    shown = cells[np.isin(cells["ssd_price_factor"], factors)]
+    used = [l for l in layouts if (shown["layout"] == l).any()]
+    handles = [Patch(color=colors[l], alpha=0.75, label=LAYOUT_LABELS[l]) for l in used]
+    if "flips" in shown and shown["flips"].any():
+        handles.append(Patch(fill=False, hatch="////", ec="0.35",
+                             label="answer flips within the declared ranges"))
+    fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 3), bbox_to_anchor=(0.5, 1.02),
+               title="cheapest tier layout", fontsize=8)
+    fig.tight_layout(rect=(0, 0, 1, 0.87 if len(handles) > 3 else 0.9))
     return fig
+
+
+# ------------------------------------------------------------------------------ interactive map
+
+def interactive_data(cells, every, layouts) -> dict:
+    """The precomputed grid of the interactive map (JSON-ready): for every SSD price factor the map
+    (layout index, label and cost per prompt length x reuse cell) and, per cell, the cheapest
+    admissible cost of each tier layout (what the cell's bar chart shows)."""
+    factors = sorted(float(f) for f in cells["ssd_price_factor"].unique())
+    ctxs = sorted(int(c) for c in cells["context"].unique())
+    hits = sorted(float(h) for h in cells["hit_rate"].unique())
+    lay_idx = {l: i for i, l in enumerate(layouts)}
+    ok = every[every["admissible"]] if len(every) else every
+    best = (ok.groupby(["ssd_price_factor", "context", "hit_rate", "layout"])["usd_per_mtok"].min()
+            if len(ok) else pd.Series(dtype=float))
+    maps, bars = [], []
+    for f in factors:
+        sub = cells[np.isclose(cells["ssd_price_factor"], f)].set_index(["context", "hit_rate"])
+        z, text, cost, fb = [], [], [], []
+        bf = []
+        for c in ctxs:
+            zr, tr, cr, fr, br = [], [], [], [], []
+            for h in hits:
+                r = sub.loc[(c, h)]
+                lay = r["layout"]
+                zr.append(lay_idx.get(lay, None))
+                cr.append(None if not np.isfinite(r["usd_per_mtok"]) else round(float(r["usd_per_mtok"]), 5))
+                tr.append(f"{short_policy(r['policy'])}<br>{r['mode']}" if lay in lay_idx else "—")
+                fr.append(bool(r.get("flips", False)))
+                br.append([None if (f, c, h, l) not in best.index else round(float(best[(f, c, h, l)]), 5)
+                           for l in layouts])
+            z.append(zr)
+            text.append(tr)
+            cost.append(cr)
+            fb.append(fr)
+            bf.append(br)
+        maps.append({"z": z, "text": text, "cost": cost, "flips": fb})
+        bars.append(bf)
+    cols = layout_colors(layouts)
+    hexes = ["#%02x%02x%02x" % tuple(int(round(255 * v)) for v in cols[l][:3]) for l in layouts]
+    return {"factors": factors, "contexts": ctxs, "hits": hits, "layouts": list(layouts),
+            "layout_labels": [LAYOUT_LABELS[l] for l in layouts],
+            "layout_short": [LAYOUT_SHORT.get(l, l) for l in layouts], "colors": hexes, "maps": maps,
+            "bars": bars}
+
+
+_JS = """
+(function () {
+  var D = __DATA__, id = "__ID__";
+  var root = document.getElementById(id);
+  var sel = {f: D.factors.indexOf(1) >= 0 ? D.factors.indexOf(1) : 0, c: D.contexts.length - 1,
+             h: D.hits.length - 1};
+  function fmtK(c) { return (c / 1024) + "K"; }
+  function scale() {
+    var n = D.layouts.length, cs = [];
+    for (var i = 0; i < n; i++) { cs.push([i / n, D.colors[i]]); cs.push([(i + 1) / n, D.colors[i]]); }
+    return cs;
+  }
+  function mapTraces() {
+    var m = D.maps[sel.f], hover = [];
+    for (var i = 0; i < D.contexts.length; i++) {
+      var row = [];
+      for (var j = 0; j < D.hits.length; j++) {
+        var l = m.z[i][j];
+        row.push(l === null ? "no admissible option" : D.layout_labels[l] + "<br>" + m.text[i][j] +
+                 "<br>$" + m.cost[i][j] + " per M tokens" +
+                 (m.flips[i][j] ? "<br>flips within the declared ranges" : ""));
+      }
+      hover.push(row);
+    }
+    var x = D.hits.map(function (h) { return Math.round(h * 100) + "%"; });
+    var y = D.contexts.map(fmtK);
+    var z = m.z.map(function (r) { return r.map(function (v) { return v === null ? null : v + 0.5; }); });
+    return [{type: "heatmap", z: z, x: x, y: y, text: m.text, customdata: hover, texttemplate: "%{text}",
+             hovertemplate: "%{customdata}<extra></extra>", colorscale: scale(), zmin: 0,
+             zmax: D.layouts.length, showscale: false, xgap: 1, ygap: 1},
+            {type: "scatter", mode: "markers", x: [x[sel.h]], y: [y[sel.c]], hoverinfo: "skip",
+             marker: {symbol: "square-open", size: 38, line: {width: 3, color: "black"}}, showlegend: false}];
+  }
+  function barTraces() {
+    var b = D.bars[sel.f][sel.c][sel.h];
+    return [{type: "bar", x: D.layout_short, y: b, marker: {color: D.colors},
+             hovertemplate: "%{x}: $%{y:.4f} per M tokens<extra></extra>"}];
+  }
+  function draw() {
+    root.querySelector(".kv-f-val").textContent = "× " + D.factors[sel.f];
+    root.querySelector(".kv-h-val").textContent = Math.round(D.hits[sel.h] * 100) + "%";
+    root.querySelector(".kv-c-val").textContent = D.contexts[sel.c].toLocaleString("en-US") + " tokens";
+    Plotly.react(id + "-map", mapTraces(), {margin: {t: 30, l: 60, r: 10, b: 50}, height: 420,
+      title: {text: "cheapest tier layout at SSD prices × " + D.factors[sel.f], font: {size: 13}},
+      xaxis: {title: {text: "reuse (hit rate, unbounded cache)"}, type: "category"},
+      yaxis: {title: {text: "prompt length"}, type: "category"}},
+      {displayModeBar: false, responsive: true});
+    Plotly.react(id + "-bars", barTraces(), {margin: {t: 30, l: 60, r: 10, b: 90}, height: 420,
+      title: {text: "cheapest admissible cost per layout at " + fmtK(D.contexts[sel.c]) + ", reuse " +
+              Math.round(D.hits[sel.h] * 100) + "%", font: {size: 13}},
+      xaxis: {type: "category"}, yaxis: {title: {text: "USD per million tokens"}}},
+      {displayModeBar: false, responsive: true});
+    root.setAttribute("data-state", [sel.f, sel.c, sel.h].join(","));
+  }
+  [["f", "kv-f"], ["c", "kv-c"], ["h", "kv-h"]].forEach(function (p) {
+    var inp = root.querySelector("." + p[1]);
+    inp.value = sel[p[0]];
+    inp.addEventListener("input", function () { sel[p[0]] = parseInt(inp.value, 10); draw(); });
+  });
+  draw();
+})();
+"""
+
+
+def interactive_map_html(data: dict, div_id: str = "kv-decision-map") -> str:
+    """A self-contained HTML fragment: the decision map as a Plotly heatmap with three sliders (SSD
+    price, prompt length, reuse) and the selected cell's cost per layout. Plotly's JavaScript bundle
+    (from the pinned ``plotly`` package) is inlined, so the page needs no server and no network; an
+    AMD loader on the page is hidden while it loads so that ``window.Plotly`` is defined."""
+    import json
+
+    from plotly.offline import get_plotlyjs
+
+    nf, nc, nh = len(data["factors"]), len(data["contexts"]), len(data["hits"])
+    controls = "".join(
+        f'<label style="margin-right:1.5em">{name} <input type="range" class="{cls}" min="0" max="{n - 1}" '
+        f'step="1" aria-label="{name}"> <span class="{cls}-val"></span></label>'
+        for name, cls, n in (("SSD price", "kv-f", nf), ("prompt length", "kv-c", nc), ("reuse", "kv-h", nh)))
+    js = _JS.replace("__DATA__", json.dumps(data, separators=(",", ":"))).replace("__ID__", div_id)
+    return (f'<div id="{div_id}" class="kv-interactive-map">'
+            f'<div style="font-size:0.9em;margin-bottom:0.5em">{controls}</div>'
+            f'<div style="display:flex;flex-wrap:wrap">'
+            f'<div id="{div_id}-map" style="flex:1 1 380px;min-width:320px"></div>'
+            f'<div id="{div_id}-bars" style="flex:1 1 320px;min-width:280px"></div></div></div>'
+            '<script>window.__kvAmd = window.define; window.define = undefined; '
+            'window.PlotlyConfig = {MathJaxConfig: "local"};</script>'
+            f'<script>{get_plotlyjs()}</script>'
+            '<script>window.define = window.__kvAmd;</script>'
+            f'<script>{js}</script>')
 
 
 def sensitivity(ax, df, *, xlabel, title, logx=False, groups_label=None, colors=None):

@@ -7,7 +7,8 @@ from ..params import Param
 from ..specs import hardware_names, model_names
 from .pipeline import LAYOUTS, MODES
 
-_QEVICT_POLICIES = ["streaming", "h2o", "tova", "snapkv", "kivi2", "kivi4", "mikv", "qevict_dequant", "qevict_recall"]
+_QEVICT_POLICIES = ["streaming", "h2o", "tova", "snapkv", "kivi2", "kivi4", "mikv", "qevict_dequant",
+                    "qevict_recall"]
 
 
 def _gpus():
@@ -21,7 +22,8 @@ PARAMS = {
     "contexts": Param([4096, 8192, 16384, 32768, 65536, 126976], "list[int]",
                       "prompt lengths of the decision map (tokens)", min=16, max=1 << 24),
     "hit_rates": Param([0.0, 0.2, 0.4, 0.6, 0.8], "list[float]",
-                       "reuse of the decision map: hit rate with an unbounded prefix cache", min=0.0, max=1.0),
+                       "reuse of the decision map: hit rate with an unbounded prefix cache", min=0.0,
+                       max=1.0),
     "ssd_price_factors": Param([0.5, 1.0, 4.0], "list[float]",
                                "SSD prices (NVMe, QLC, AI SSD) relative to data/hardware.csv, one map each",
                                min=0.0, max=100.0),
@@ -32,38 +34,59 @@ PARAMS = {
     "kv_policies": Param(["snapkv", "kivi4", "kivi2", "qevict_recall"], "list[str]",
                          "KV policies measured by chapter 4 (the full cache is always included)",
                          choices=_QEVICT_POLICIES),
-    "kv_budgets": Param([0.25, 0.5], "list[float]", "on-device budgets of the KV policies (fraction of the full cache)",
-                        min=0.05, max=1.0),
+    "kv_budgets": Param([0.25, 0.5], "list[float]",
+                        "on-device budgets of the KV policies (fraction of the full cache)", min=0.05,
+                        max=1.0),
     "fidelity_documents": Param(["docs:typing"], "list[str]",
-                                "chapter 4 documents of the fidelity run ('code:', 'docs:' or 'needle:' + stdlib module)"),
+                                "chapter 4 documents of the fidelity run ('code:', 'docs:' or 'needle:' + "
+                                "stdlib module)"),
     "fidelity_prefill_tokens": Param(256, "int", "prompt tokens of the fidelity run (multiple of 32)", min=64,
                                      max=8192),
-    "fidelity_decode_tokens": Param(64, "int", "teacher-forced decoding steps of the fidelity run (>= 64: one "
-                                    "re-decision of the policies during decoding)", min=4, max=4096),
+    "fidelity_decode_tokens": Param(64, "int", "teacher-forced decoding steps of the fidelity run (>= 64: "
+                                    "one re-decision of the policies during decoding)", min=4, max=4096),
     "fidelity_floor_top1": Param(0.9, "float", "fidelity floor: top-1 agreement with the full cache", min=0.0,
                                  max=1.0),
-    "fidelity_max_ppl_change": Param(0.05, "float", "fidelity floor: largest relative rise of perplexity", min=0.0,
-                                     max=100.0),
+    "fidelity_max_ppl_change": Param(0.05, "float", "fidelity floor: largest relative rise of perplexity",
+                                     min=0.0, max=100.0),
+    "fidelity_source": Param("published", "str",
+                             "fidelity of a policy for the served model: published long-context results "
+                             "where they cover it (else chapter 4's), or chapter 4's only",
+                             choices=["published", "chapter 4"]),
+    "fidelity_min_score_ratio": Param(0.95, "float",
+                                      "fidelity floor for published results: benchmark score / full cache's",
+                                      min=0.0, max=10.0),
+    "gpu_rent_range": Param([0.8, 1.25], "list[float]",
+                            "declared sensitivity range of the GPU rental rate (multipliers; the map marks "
+                            "cells whose answer flips within it)", min=0.01, max=100.0),
+    "tier_price_range": Param([0.5, 2.0], "list[float]",
+                              "declared sensitivity range of every off-HBM tier price (multipliers)", min=0.0,
+                              max=100.0),
+    "interactive_ssd_price_factors": Param([0.25, 0.5, 1.0, 2.0, 4.0], "list[float]",
+                                           "SSD prices of the interactive map (multipliers; [] for none)",
+                                           min=0.0, max=100.0),
     "ttft_slo_s": Param(10.0, "float", "TTFT SLO (s)", min=0.001),
     "tpot_slo_s": Param(0.1, "float", "TPOT SLO (s)", min=0.0001),
     "budget_devices": Param(64, "int", "largest deployment searched (devices)", min=1, max=4096),
-    "trace": Param("mooncake_conversation", "str", "trace whose reuse curve shapes the hit rates (chapter 2)"),
+    "trace": Param("mooncake_conversation", "str",
+                   "trace whose reuse curve shapes the hit rates (chapter 2)"),
     "gpu_cost_basis": Param("rent", "str", "GPU cost: rental rate or purchase amortised + energy",
                             choices=["rent", "own"]),
-    "ref_context": Param(32768, "int", "prompt length of the sensitivity analyses (tokens)", min=16, max=1 << 24),
+    "ref_context": Param(32768, "int", "prompt length of the sensitivity analyses (tokens)", min=16,
+                         max=1 << 24),
     "ref_hit_rate": Param(0.6, "float", "reuse of the sensitivity analyses", min=0.0, max=1.0),
     "price_factors": Param([0.25, 0.5, 1.0, 2.0, 4.0], "list[float]",
                            "AI-SSD and CXL price multipliers of the sensitivity", min=0.0, max=100.0),
     "nvme_bw_gb_s": Param([1.0, 3.5, 7.0, 14.0, 28.0], "list[float]", "NVMe per-drive read bandwidths (GB/s)",
                           min=0.01, max=1000.0),
-    "ai_ssd_bits_grid": Param([16, 8, 4, 2], "list[int]", "AI-SSD in-drive quantization (bits; sets its effective bandwidth)",
+    "ai_ssd_bits_grid": Param([16, 8, 4, 2], "list[int]",
+                              "AI-SSD in-drive quantization (bits; sets its effective bandwidth)",
                               choices=[2, 3, 4, 5, 6, 8, 16]),
     "linear_shares": Param([0.0, 0.25, 0.5, 0.75], "list[float]",
-                           "share of full-attention layers turned linear (KV per token shrinks by it)", min=0.0,
-                           max=0.95),
+                           "share of full-attention layers turned linear (KV per token shrinks by it)",
+                           min=0.0, max=0.95),
     "transfer_overheads": Param([1.0, 4.0, 16.0, 64.0, 256.0], "list[float]",
-                                "disaggregation transfer overhead: scale-out bandwidth divided by it", min=1.0,
-                                max=1000.0),
+                                "disaggregation transfer overhead: scale-out bandwidth divided by it",
+                                min=1.0, max=1000.0),
     "kimi_context_tokens": Param(1048576, "int", "total context of the Kimi Linear decode check", min=1024,
                                  max=1 << 24),
     "kimi_tpot_slo_s": Param(0.1, "float", "TPOT SLO of the Kimi Linear decode check (s)", min=0.0001),
@@ -81,15 +104,33 @@ def base_scenario(p: dict):
     """The chapter's base :class:`~analysis.compose.pipeline.Scenario` from its validated parameters."""
     from .pipeline import Scenario
 
-    return Scenario(model=p["model"], gpu=p["gpu"], input_tokens=p["ref_context"], output_tokens=p["output_tokens"],
-                    hit_rate=p["ref_hit_rate"], ttft_slo_s=p["ttft_slo_s"], tpot_slo_s=p["tpot_slo_s"],
-                    budget_devices=p["budget_devices"], tiers=tier_deployment(), gpu_cost_basis=p["gpu_cost_basis"])
+    return Scenario(model=p["model"], gpu=p["gpu"], input_tokens=p["ref_context"],
+                    output_tokens=p["output_tokens"], hit_rate=p["ref_hit_rate"], ttft_slo_s=p["ttft_slo_s"],
+                    tpot_slo_s=p["tpot_slo_s"], budget_devices=p["budget_devices"], tiers=tier_deployment(),
+                    gpu_cost_basis=p["gpu_cost_basis"])
 
 
-def kv_policies(p: dict, verbose: bool = False):
-    """The full cache and every (policy, budget) of the parameters, measured by chapter 4."""
-    from .fidelity import measure
+def kv_policies(p: dict, verbose: bool = False, source: str | None = None):
+    """The full cache and every (policy, budget) of the parameters, measured by chapter 4, with the
+    fidelity of ``source`` (default: the ``fidelity_source`` parameter; see
+    :func:`analysis.compose.fidelity.with_source`)."""
+    from .fidelity import measure, with_source
 
-    return measure(p["kv_policies"], p["kv_budgets"], documents=p["fidelity_documents"],
-                   prefill_tokens=p["fidelity_prefill_tokens"], decode_tokens=p["fidelity_decode_tokens"],
-                   verbose=verbose)
+    measured = measure(p["kv_policies"], p["kv_budgets"], documents=p["fidelity_documents"],
+                       prefill_tokens=p["fidelity_prefill_tokens"], decode_tokens=p["fidelity_decode_tokens"],
+                       verbose=verbose)
+    return with_source(measured, source or p["fidelity_source"])
+
+
+def fidelity_floor(p: dict, policies, source: str | None = None):
+    """The declared floor of the parameters, with the AI SSD's in-drive quantization at every stored
+    precision the chapter uses (chapter 2's default and ``ai_ssd_bits_grid``) as a KV policy."""
+    from ..tiering import params as tparams
+    from .decide import FidelityFloor
+    from .fidelity import in_drive_policy
+
+    src = source or p["fidelity_source"]
+    bits = set(p["ai_ssd_bits_grid"]) | {int(tparams.PARAMS["ai_ssd_bits"].default)}
+    return FidelityFloor(p["fidelity_floor_top1"], p["fidelity_max_ppl_change"],
+                         p["fidelity_min_score_ratio"],
+                         in_drive={b: in_drive_policy(b, policies, src) for b in sorted(bits)})

@@ -13,10 +13,11 @@ For a :class:`Scenario` (SI units):
 2. **Prefix reuse** (chapter 2): the instances that run the prefill carry the tier ``layout``
    (``tiering.tiers.build_tiers``: HBM share, DRAM, CXL, NVMe, QLC, AI SSD, with their capacities,
    delivered bandwidths and amortised cost). A colocated instance keeps no prefix cache in HBM:
-   chapter 3 sized its decode batch to fill it; a prefill instance keeps chapter 2's share. The workload's reuse has the shape of the Mooncake
-   trace's exact LRU hit curve (``tiering.lru_hit_curve``), rescaled to the map's ``hit_rate`` (the
-   hit rate of an unbounded cache) and to the context length (prefixes ``I / mean input`` times
-   longer need that many times the capacity). The realised hit tokens of each tier shorten the
+   chapter 3 sized its decode batch to fill it; a prefill instance keeps chapter 2's share. The
+   workload's reuse has the shape of the Mooncake trace's exact LRU hit curve
+   (``tiering.lru_hit_curve``), rescaled to the map's ``hit_rate`` (the hit rate of an unbounded
+   cache) and to the context length (prefixes ``I / mean input`` times longer need that many times
+   the capacity). The realised hit tokens of each tier shorten the
    prefill: compute of the ``I - H`` new tokens after ``H`` cached ones (``roofline.prefill_time``),
    overlapped layer by layer with the tier loads (chapter 2's rule
    ``max(c, l) + min(c, l) / layers``). The prefill share of the plan's device time and TTFT are
@@ -24,13 +25,26 @@ For a :class:`Scenario` (SI units):
    of a re-optimised plan).
 3. **KV policy** (chapter 4): exact copies of quantized windows (QEvict with recall) live in the
    slowest tier of the layout, paid per byte-second for the decode time; recalls add
-   ``batch x recall bytes / tier bandwidth`` to every decode step (not overlapped).
+   ``recall_model.recall_s(tier, batch x recall bytes)`` to every decode step (not overlapped) and
+   the copies cost ``recall_model.write_usd(tier, bytes)`` once per request to write. The default
+   :class:`SequentialRecall` is chapter 2's sequential-bandwidth model (``bytes / tier bandwidth``)
+   with no write charge.
 4. **Cost**: device-seconds per request x GPU cost per second (``tiering.tiers.gpu_usd_per_s``) +
    the layout's tiers for the prefill instance-seconds + the cold copies; divided by the request's
    ``I + O`` tokens. SLOs are re-checked after the adjustments.
 
 Mode ``AF`` is not offered: its plan record (chapter 3) does not separate prefill from decode work,
 which step 2 needs.
+
+**Extension points** (for the write path, the routing and the deployment modes still to come):
+
+* ``Scenario.recall_model``: anything with ``recall_s(tier, bytes_per_step) -> s`` and
+  ``write_usd(tier, bytes) -> USD`` (e.g. chapter 2's IOPS/latency and endurance model); the
+  default reproduces the sequential-bandwidth pricing exactly.
+* ``reuse``: anything with ``at(capacity_tokens, input_tokens) -> fraction of the reusable tokens``
+  (a routing-dependent hit curve instead of the ideal single-cache one).
+* :func:`prefill_decode_units`: where a plan is split into the unit that runs the prefill and the
+  one that decodes; a mode enters the composition once its plan exposes both.
 """
 from __future__ import annotations
 
@@ -42,9 +56,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import kv, roofline
-from ..specs import ModelSpec, model as _model
-from ..disagg import devices as _devices, search
-from ..forward import Efficiency, Precision
+from ..disagg import devices as _devices
+from ..disagg import search
+from ..forward import Precision
+from ..specs import ModelSpec
+from ..specs import model as _model
 from ..tiering import tiers as _tiers
 from .fidelity import KVPolicy
 
@@ -88,7 +104,8 @@ class ReuseCurve:
         return np.concatenate([[0.0], self.fraction])[i]
 
     def __hash__(self):
-        return hash((self.name, self.mean_input_tokens, self.capacity_tokens.size, float(self.capacity_tokens[-1])))
+        return hash((self.name, self.mean_input_tokens, self.capacity_tokens.size,
+                     float(self.capacity_tokens[-1])))
 
     def __eq__(self, other):
         return isinstance(other, ReuseCurve) and hash(self) == hash(other)
@@ -111,6 +128,23 @@ def reuse_curve_from_trace(trace="mooncake_conversation") -> ReuseCurve:
     return ReuseCurve(cap, frac, mean_in, str(trace))
 
 
+# --------------------------------------------------------------------------------- recall pricing
+
+@dataclass(frozen=True)
+class SequentialRecall:
+    """Chapter 2's sequential-bandwidth model of the cold tier: a recall of ``b`` bytes takes
+    ``b / tier.bandwidth``; writing the cold copies is not charged (their storage is, by the
+    byte-second). The default of :class:`Scenario`."""
+
+    name: str = "sequential bandwidth"
+
+    def recall_s(self, tier, bytes_per_step: float) -> float:
+        return float(bytes_per_step) / tier.bandwidth
+
+    def write_usd(self, tier, bytes_written: float) -> float:
+        return 0.0
+
+
 # ------------------------------------------------------------------------------------- scenario
 
 @dataclass(frozen=True)
@@ -130,6 +164,7 @@ class Scenario:
     tiers: _tiers.Deployment = field(default_factory=_tiers.Deployment)  # prices and devices of the tiers
     gpu_cost_basis: str = "rent"
     gpu_rent_usd_per_s: float = 0.0  # 0: the GPU's rent in data/hardware.csv
+    recall_model: object = field(default_factory=SequentialRecall)  # prices recalls and cold-copy writes
 
     def replace(self, **kw) -> "Scenario":
         return dataclasses.replace(self, **kw)
@@ -146,7 +181,8 @@ class Scenario:
         if self.layout not in LAYOUTS:
             bad.append(f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
         if self.mode not in MODES:
-            bad.append(f"mode must be one of {', '.join(MODES)} (AF has no separable prefill), got {self.mode!r}")
+            bad.append(f"mode must be one of {', '.join(MODES)} (AF has no separable prefill), "
+                       f"got {self.mode!r}")
         for f in ("ttft_slo_s", "tpot_slo_s"):
             v = getattr(self, f)
             if not (math.isfinite(v) and v > 0):
@@ -154,15 +190,20 @@ class Scenario:
         if not (isinstance(self.budget_devices, (int, np.integer)) and self.budget_devices >= 1):
             bad.append(f"budget_devices must be a positive integer, got {self.budget_devices!r}")
         if not (math.isfinite(self.transfer_overhead) and self.transfer_overhead >= 1):
-            bad.append(f"transfer_overhead must be >= 1 (1 = chapter 3's network), got {self.transfer_overhead!r}")
+            bad.append(f"transfer_overhead must be >= 1 (1 = chapter 3's network), "
+                       f"got {self.transfer_overhead!r}")
         if not isinstance(self.policy, KVPolicy):
             bad.append(f"policy must be a KVPolicy, got {type(self.policy).__name__}")
+        if not (callable(getattr(self.recall_model, "recall_s", None))
+                and callable(getattr(self.recall_model, "write_usd", None))):
+            bad.append("recall_model must have recall_s(tier, bytes) and write_usd(tier, bytes) "
+                       "(e.g. pipeline.SequentialRecall())")
         if bad:
             raise ComposeError("invalid scenario: " + "; ".join(bad))
         _devices.device(self.gpu)
         if self.input_tokens + self.output_tokens > m.max_context:
-            raise ComposeError(f"{self.input_tokens + self.output_tokens:,.0f} tokens exceed {m.name}'s context "
-                               f"window of {m.max_context:,}")
+            raise ComposeError(f"{self.input_tokens + self.output_tokens:,.0f} tokens exceed {m.name}'s "
+                               f"context window of {m.max_context:,}")
         return self
 
 
@@ -180,6 +221,7 @@ class Result:
     realized_hit_rate: float = 0.0
     prefill_ratio: float = 1.0
     recall_s_per_step: float = 0.0
+    cold_write_usd_per_mtok: float = 0.0
     output_tokens_per_s_per_device: float = math.nan
     plan_tokens_per_s_per_device: float = math.nan
 
@@ -256,9 +298,25 @@ def _prefill_ratio(model, gpu, I, hit_rate, sig, tp, compute_eff, reuse):
         return 1.0, 0.0
     c0 = roofline.prefill_time(model, gpu, I, 0, n_gpus=tp, compute_eff=compute_eff)
     ch = roofline.prefill_time(model, gpu, I - H, H, n_gpus=tp, compute_eff=compute_eff)
-    load = sum(h * bpt / bw + lat for h, (_, bw, bpt, lat) in zip(per_tier, sig) if h > 0 and math.isfinite(bw))
+    load = sum(h * bpt / bw + lat for h, (_, bw, bpt, lat) in zip(per_tier, sig)
+               if h > 0 and math.isfinite(bw))
     svc = max(ch, load) + min(ch, load) / _model(model).n_layers  # chapter 2's layer-wise overlap
     return svc / c0, H / I
+
+
+def prefill_decode_units(mode: str, p: search.Plan) -> tuple[dict, dict, dict]:
+    """(all units by name, the unit that runs the prefill, the unit that decodes) of a chapter-3 plan,
+    copied so that the composition may adjust them. A mode whose plan does not separate the two
+    (AF today) raises :class:`ComposeError`."""
+    if mode not in PREFILL_UNIT:
+        raise ComposeError(f"mode {mode!r}: chapter 3's plan does not separate prefill from decode work; "
+                           f"modes: {', '.join(MODES)}")
+    units = {u["unit"]: dict(u) for u in p.units}
+    try:
+        return units, units[PREFILL_UNIT[mode]], units[DECODE_UNIT[mode]]
+    except KeyError as e:
+        raise ComposeError(f"mode {mode!r}: the plan has no unit {e.args[0]!r} "
+                           f"(units: {', '.join(units)})") from None
 
 
 def evaluate(s: Scenario, reuse: ReuseCurve | None = None) -> Result:
@@ -266,14 +324,14 @@ def evaluate(s: Scenario, reuse: ReuseCurve | None = None) -> Result:
     s.validate()
     pol = s.policy
     if pol.needs_cold_tier and s.layout == "hbm":
-        return Result(False, f"{pol.label} keeps exact copies off the device: it needs a layout with an off-HBM tier")
+        return Result(False, f"{pol.label} keeps exact copies off the device: it needs a layout with an "
+                             "off-HBM tier")
     p = plan(s.mode, s.model, s.gpu, float(s.input_tokens), float(s.output_tokens), float(s.ttft_slo_s),
              float(s.tpot_slo_s), int(s.budget_devices), float(pol.hot_ratio), float(s.transfer_overhead))
     if not p.feasible:
         return Result(False, f"chapter 3: {p.reason}")
     I, O = float(s.input_tokens), float(s.output_tokens)
-    units = {u["unit"]: dict(u) for u in p.units}
-    up, ud = units[PREFILL_UNIT[s.mode]], units[DECODE_UNIT[s.mode]]
+    units, up, ud = prefill_decode_units(s.mode, p)
     # 2. prefix reuse through the layout's tiers on the prefill instances
     tp_p = _instance_gpus(up)
     dp_ = tier_deployment(s, tp_p)
@@ -295,22 +353,24 @@ def evaluate(s: Scenario, reuse: ReuseCurve | None = None) -> Result:
     else:
         up["dev_per_rate"] *= r
     # 3. recall traffic and cold copies of the policy, in the slowest tier of the layout
-    recall_s = cold_usd_per_req = 0.0
+    recall_s = cold_usd_per_req = write_usd_per_req = 0.0
     tpot_new = ud["tpot"]
     if pol.needs_cold_tier:
         cold = _tier_list(s.layout, tier_deployment(s, _instance_gpus(ud)))[-1]
         kv_seq = kv.kv_bytes(s.model, I + O / 2.0, 1, "bf16")
+        # bytes on the tier / bf16 bytes
+        stored = cold.bytes_per_token / kv.kv_bytes_per_token_all_layers(s.model, "bf16")
         B = ud["batch"]
-        recall_s = B * pol.recall_ratio_per_step * kv_seq * (cold.bytes_per_token / kv.kv_bytes_per_token_all_layers(
-            s.model, "bf16")) / cold.bandwidth
+        recall_s = s.recall_model.recall_s(cold, B * pol.recall_ratio_per_step * kv_seq * stored)
         tpot_new = ud["tpot"] + recall_s
         ud["dev_per_rate"] *= tpot_new / ud["tpot"]
-        cold_bytes_seq = pol.cold_ratio * kv_seq * cold.bytes_per_token / kv.kv_bytes_per_token_all_layers(s.model, "bf16")
+        cold_bytes_seq = pol.cold_ratio * kv_seq * stored
         cap_bytes = cold.capacity_tokens * cold.bytes_per_token
         if B * cold_bytes_seq > cap_bytes:
-            return Result(False, f"cold copies of {B:.0f} sequences ({B * cold_bytes_seq / 1e9:.0f} GB) exceed the "
-                                 f"{cold.name} tier ({cap_bytes / 1e9:.0f} GB)")
+            return Result(False, f"cold copies of {B:.0f} sequences ({B * cold_bytes_seq / 1e9:.0f} GB) "
+                                 f"exceed the {cold.name} tier ({cap_bytes / 1e9:.0f} GB)")
         cold_usd_per_req = cold.usd_per_s / cap_bytes * cold_bytes_seq * O * tpot_new
+        write_usd_per_req = s.recall_model.write_usd(cold, cold_bytes_seq)
         ud["tpot"] = tpot_new
     tpot = max(u["tpot"] for u in units.values() if "tpot" in u)
     # 4. cost
@@ -321,8 +381,10 @@ def evaluate(s: Scenario, reuse: ReuseCurve | None = None) -> Result:
     tier_usd = up["dev_per_rate"] / tp_p * tier_usd_s
     per_m = 1e6 / (I + O)
     meets = bool(ttft <= s.ttft_slo_s * (1 + 1e-12) and tpot <= s.tpot_slo_s * (1 + 1e-12))
-    usd = (gpu_usd + tier_usd + cold_usd_per_req) * per_m
-    reason = "" if meets else (f"SLO missed after the tier loads / recalls: TTFT {ttft:.3g} s (SLO {s.ttft_slo_s:g}), "
-                               f"TPOT {tpot * 1e3:.3g} ms (SLO {s.tpot_slo_s * 1e3:g})")
+    usd = (gpu_usd + tier_usd + cold_usd_per_req + write_usd_per_req) * per_m
+    reason = "" if meets else (f"SLO missed after the tier loads / recalls: TTFT {ttft:.3g} s "
+                               f"(SLO {s.ttft_slo_s:g}), TPOT {tpot * 1e3:.3g} ms "
+                               f"(SLO {s.tpot_slo_s * 1e3:g})")
     return Result(meets, reason, usd, gpu_usd * per_m, tier_usd * per_m, cold_usd_per_req * per_m,
-                  ttft, tpot, meets, h_real, r, recall_s, O / dev_s, p.tokens_per_s_per_device)
+                  ttft, tpot, meets, h_real, r, recall_s, write_usd_per_req * per_m, O / dev_s,
+                  p.tokens_per_s_per_device)
