@@ -69,7 +69,8 @@ def test_pd_with_free_transfer_and_identical_pools_never_worse_than_colocated():
     plan can mimic the colocated plan's time split, so it is not worse -- up to one effect the roofline
     grants colocation alone: in a mixed pass the decode tokens' weight reads hide under the
     compute-bound prefill chunk (SARATHI-style piggybacking). That gain is at most a few per cent of a
-    pass here; the tolerance is 2%."""
+    pass here; the tolerance is 5% (the MoE model's decode step is dominated by expert-weight reads,
+    which a mixed pass hides: 4.3% once the router is priced as h x E weights, not per token)."""
     eff = Efficiency(step_overhead_s=0.0, layer_overhead_s=0.0, collective_latency_s=0.0)
     free = {**devices.device(H100), "net": 1e30}
     hw = S.default_hardware([free])
@@ -80,7 +81,7 @@ def test_pd_with_free_transfer_and_identical_pools_never_worse_than_colocated():
         slo = S.SLO(1e6, 1e6)  # unconstrained: compare pure throughput per device
         c = S.best_plan("C", model, wl, slo, hw, budget=16, eff=eff, grid=grid)
         pd = S.best_plan("PD", model, wl, slo, hw, budget=16, eff=eff, grid=grid)
-        assert pd.tokens_per_s_per_device >= c.tokens_per_s_per_device * 0.98, (model, I, O, c, pd)
+        assert pd.tokens_per_s_per_device >= c.tokens_per_s_per_device * 0.95, (model, I, O, c, pd)
 
 
 def test_plans_that_do_not_fit_are_rejected():

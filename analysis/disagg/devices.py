@@ -19,6 +19,7 @@ def _npus() -> dict:
             "bw": float(r["hbm_tbps"]) * 1e12, "cap": float(r["hbm_gb"]) * 1e9,
             "link": float(r["link_gbps"]) * 1e9, "net": float(r["net_gbps"]) * 1e9,
             "price": float(r["price_usd"]), "attn_flops": float(r["tflops"]) * 1e12,
+            "domain": float(r["scaleup_domain"]),
         }
     return out
 
@@ -31,20 +32,28 @@ def names() -> list[str]:
     return specs.hardware_names("gpu") + npu_names()
 
 
-def device(name: str, compute: str = "bf16", *, net_bw: float = DEFAULT_NET_BW) -> dict:
+def device(name: str, compute: str = "bf16", *, net_bw: float | None = None) -> dict:
     """The numbers of a device: ``flops`` (GEMM peak for the ``compute`` dtype; an NPU design point
-    has a single peak), ``attn_flops`` (attention-core peak: bf16 on GPUs), ``bw``, ``cap`` (bytes), ``link`` (scale-up bytes/s per direction), ``net``
-    (scale-out bytes/s), ``price`` (USD, NaN when unknown). Unknown names raise
-    :class:`analysis.specs.UnknownNameError` listing GPUs and NPU design points."""
+    has a single peak), ``attn_flops`` (attention-core peak: bf16 on GPUs), ``bw``, ``cap`` (bytes),
+    ``link`` (scale-up bytes/s per direction), ``domain`` (devices per scale-up domain), ``net``
+    (scale-out bytes/s per device and direction: ``net_bw`` if given, else data/hardware.csv's
+    ``scaleout_bandwidth``, else :data:`DEFAULT_NET_BW`), ``price`` (USD, NaN when unknown).
+    Unknown names raise :class:`analysis.specs.UnknownNameError` listing GPUs and NPU design points
+    (closest names first)."""
     if isinstance(name, dict):
         return name
     npus = _npus()
     if name in npus:
-        return dict(npus[name])
+        d = dict(npus[name])
+        if net_bw is not None:
+            d["net"] = float(net_bw)
+        return d
     if name not in specs.hardware_names("gpu"):
         raise specs.UnknownNameError("device (GPU or NPU design point)", name, names())
     g = specs.gpu(name)
     return {"name": name, "kind": "gpu", "flops": g.flops(compute), "attn_flops": g.flops("bf16"),
             "bw": g["hbm_bandwidth"],
             "cap": g["hbm_capacity"], "link": g.get("nvlink_bandwidth", g.get("pcie_bandwidth", 64e9)) / 2.0,
-            "net": float(net_bw), "price": float(g.get("price", float("nan")))}
+            "domain": float(g.get("scaleup_domain", 1.0)),
+            "net": float(net_bw if net_bw is not None else g.get("scaleout_bandwidth", DEFAULT_NET_BW)),
+            "price": float(g.get("price", float("nan")))}

@@ -99,6 +99,9 @@ class Grid:
     prefill_batches: tuple = (1, 2, 4, 8, 16)  # prompts per prefill pass
     utilisations: tuple = (0.5, 0.7, 0.85)    # prefill pool utilisation
     microbatches: tuple = (1, 2, 3)           # ping-pong micro-batches (A/F split)
+    overlaps: tuple = (1,)                    # micro-batches overlapping communication with compute
+                                              # (C, P, D instances: DeepSeek's two-micro-batch overlap);
+                                              # chapter 3 searches (1, 2), see study.gpu_grid
     af_over_scaleup: bool = True              # A/F activations over the scale-up link (NVLink-class
                                               # domain holding both pools) rather than scale-out NICs
 
@@ -116,8 +119,13 @@ def _mesh(**axes):
     return {k: g.ravel() for k, g in zip(keys, grids)}
 
 
-def _kv_total_bytes_per_token(s, prec):
-    return (s.n_full + s.n_sliding) * s.kv_elems * prec.kv_bytes
+def prefill_ttft(t_pass, rho, b, exposed):
+    """TTFT of a prefill pool serving batches of ``b`` prompts, each pass taking ``t_pass``, at
+    utilisation ``rho`` (open Poisson arrivals): the pass, the M/D/1 wait for the server
+    ``rho / (2 (1 - rho)) t_pass``, the mean wait for the batch to fill ``(b - 1) / (2 rho b) t_pass``
+    (prompts arrive at ``rho b / t_pass``; a prompt waits for half of the other ``b - 1``), and the
+    exposed KV transfer (:func:`analysis.forward.kv_transfer_exposed`)."""
+    return t_pass + rho / (2 * (1 - rho)) * t_pass + (b - 1) / (2 * rho * b) * t_pass + exposed
 
 
 def _cap(dev, eff):
@@ -147,10 +155,24 @@ def _split_step(s, prec, eff, da, df, *, tp, n_a, n_f, m, scaleup=True, **pass_k
     L = s.n_layers
     a = ta / L + eff.layer_overhead_s
     f = tf / L
-    link = np.minimum(da["link"], df["link"]) if scaleup else np.minimum(da["net"], df["net"])
-    x = costs.af_hop_time(s, prec, eff, link, tokens=p["tokens"], n_attn=n_a, n_ffn=n_f)
-    layer = np.maximum(m * np.maximum(np.maximum(a, f), x), a + f + x)
-    return L * layer + eff.step_overhead_s
+    net = np.minimum(da["net"], df["net"])
+    if scaleup:  # scale-up where the pair fits in one domain of the same device type; hierarchical beyond
+        same = da["name"] == df["name"]
+        dom = min(da.get("domain", np.inf), df.get("domain", np.inf)) if same else 0.0
+        x1 = costs.af_hop_time(s, prec, eff, net, tokens=p["tokens"], n_attn=n_a, n_ffn=n_f,
+                               link=min(da["link"], df["link"]), domain=dom, per_direction=True)
+    else:
+        x1 = costs.af_hop_time(s, prec, eff, net, tokens=p["tokens"], n_attn=n_a, n_ffn=n_f, per_direction=True)
+    return L * af_layer_time(a, f, x1, m) + eff.step_overhead_s
+
+
+def af_layer_time(a, f, x1, m):
+    """One layer of an attention/FFN split with ``m`` ping-pong micro-batches: four resources in a
+    ring (attention devices ``a``, the A->F direction of the link ``x1``, FFN devices ``f``, the F->A
+    direction ``x1``; each value for one micro-batch). In steady state the busiest resource bounds
+    the cycle, ``m * max(a, x1, f)``, and one micro-batch must still go round, ``a + f + 2 x1``:
+    ``max(m * max(a, f, x1), a + f + 2 x1)``; with ``m = 1`` it is the plain sum."""
+    return np.maximum(m * np.maximum(np.maximum(a, f), x1), a + f + 2.0 * x1)
 
 
 def _chunk_geometry(I, K):
@@ -197,39 +219,41 @@ def role_candidates(role, model, wl: Workload, hw, *, prec: Precision, eff: Effi
     if role in ("C", "P", "D"):
         dev = _devices.device(hw, prec.compute)
         if role == "C":
-            c = _mesh(size=g.sizes, tp=g.tps, batch=g.batches, chunk=g.chunks)
+            c = _mesh(size=g.sizes, tp=g.tps, ovl=g.overlaps, batch=g.batches, chunk=g.chunks)
         elif role == "P":
-            c = _mesh(size=g.sizes, tp=g.tps, pbatch=g.prefill_batches, rho=g.utilisations)
+            c = _mesh(size=g.sizes, tp=g.tps, ovl=g.overlaps, pbatch=g.prefill_batches, rho=g.utilisations)
         else:
-            c = _mesh(size=g.sizes, tp=g.tps, batch=g.batches)
+            c = _mesh(size=g.sizes, tp=g.tps, ovl=g.overlaps, batch=g.batches)
         ok = c["tp"] <= c["size"]
+        # overlap needs communication to hide: only instances larger than one device
+        ok &= (c["ovl"] == 1) | (c["size"] > 1)
         c = {k: v[ok] for k, v in c.items()}
-        size, tp = c["size"], c["tp"]
+        size, tp, ovl = c["size"], c["tp"], c["ovl"]
         dp = size / tp
         wbytes = costs.weight_bytes_per_device(s, prec, tp=tp, n=size)
-        run = lambda **kw: costs.colocated_pass_time(s, prec, eff, dev, tp=tp, dp=dp, **kw)
+        run = lambda **kw: costs.colocated_pass_time(s, prec, eff, dev, tp=tp, dp=dp, microbatches=ovl, **kw)
         if role == "C":
             B = c["batch"]
             tpot, f, ps, t_mix, t_dec = _chunked_mix(c, run, I, O, ctx)
             c["interference"] = t_mix / t_dec
             mem = wbytes + costs.kv_bytes_per_device(s, prec, seqs=B + ps, ctx=I + O, tp=tp, dp=dp)
-            c["feasible"] = (f < 1) & (mem <= _cap(dev, eff)) & (B >= dp)
+            c["feasible"] = (f < 1) & (mem <= _cap(dev, eff)) & (B >= dp * ovl)
             rate = B / (O * tpot)
         elif role == "P":
             b, rho = c["pbatch"], c["rho"]
             t = run(pre_seqs=b, pre_len=I)
-            x = I * _kv_total_bytes_per_token(s, prec) / (size * dev["net"] * eff.link)
-            exposed = np.maximum(x - t, 0.0) + x / s.n_layers
-            c["ttft"] = t + rho / (2 * (1 - rho)) * t + (b - 1) / (2 * rho * b) * t + exposed
+            exposed = costs.kv_transfer_exposed(s, prec, eff, seqs=b, tokens=I, t_pass=t, devices=size,
+                                                net=dev["net"])
+            c["ttft"] = prefill_ttft(t, rho, b, exposed)
             mem = wbytes + costs.kv_bytes_per_device(s, prec, seqs=b, ctx=I, tp=tp, dp=dp)
-            c["feasible"] = mem <= _cap(dev, eff)
+            c["feasible"] = (mem <= _cap(dev, eff)) & (b >= ovl)
             rate = rho * b / t
         else:
             B = c["batch"]
             t = run(dec_seqs=B, dec_ctx=ctx)
             c["tpot"] = t
             mem = wbytes + costs.kv_bytes_per_device(s, prec, seqs=B, ctx=I + O, tp=tp, dp=dp)
-            c["feasible"] = (mem <= _cap(dev, eff)) & (B >= dp)
+            c["feasible"] = (mem <= _cap(dev, eff)) & (B >= dp * ovl)
             rate = B / (O * t)
         c["hw"] = dev["name"]  # scalar: unit_candidates turns it into an index into its device list
         return _finish(c, rate, size, size * dev["price"])
@@ -263,9 +287,8 @@ def role_candidates(role, model, wl: Workload, hw, *, prec: Precision, eff: Effi
     elif role == "PAF":
         b, rho = c["pbatch"], c["rho"]
         t = run(pre_seqs=b, pre_len=I)
-        x = I * _kv_total_bytes_per_token(s, prec) / (n_a * da["net"] * eff.link)
-        exposed = np.maximum(x - t, 0.0) + x / s.n_layers
-        c["ttft"] = t + rho / (2 * (1 - rho)) * t + (b - 1) / (2 * rho * b) * t + exposed
+        exposed = costs.kv_transfer_exposed(s, prec, eff, seqs=b, tokens=I, t_pass=t, devices=n_a, net=da["net"])
+        c["ttft"] = prefill_ttft(t, rho, b, exposed)
         kvb = costs.kv_bytes_per_device(s, prec, seqs=b, ctx=I, tp=tp, dp=dp)
         c["feasible"] = (wa + kvb <= _cap(da, eff)) & (wf <= _cap(df, eff)) & (b >= m)
         rate = rho * b / t

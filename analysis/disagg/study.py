@@ -25,12 +25,20 @@ def slo_for(input_tokens, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s) -> S.
     return S.SLO(ttft_slo_s + ttft_slo_s_per_1k_input * input_tokens / 1000.0, tpot_slo_s)
 
 
+OVERLAPS = (1, 2)  # the chapter searches communication/compute overlap with two micro-batches
+
+
+def gpu_grid(af_over_scaleup=True) -> S.Grid:
+    """The chapter's grid on GPUs: the default grid plus two-micro-batch overlap in C, P and D."""
+    return S.Grid(af_over_scaleup=af_over_scaleup, overlaps=OVERLAPS)
+
+
 def npu_grid(af_over_scaleup=True) -> S.Grid:
     """A coarser grid for searches over device *types* (each A/F unit tries every pair of design
     points, so the configuration grid is thinned to keep the chapter within its time budget)."""
     return S.Grid(sizes=(1, 2, 4, 8, 16, 32), batches=(1, 4, 16, 64, 256, 1024, 4096),
                   chunks=(1024, 4096, 16384), prefill_batches=(1, 4, 16), utilisations=(0.6, 0.85),
-                  microbatches=(1, 2), af_over_scaleup=af_over_scaleup)
+                  microbatches=(1, 2), af_over_scaleup=af_over_scaleup, overlaps=OVERLAPS)
 
 
 def hardware_sets(gpus, npu_points, role_hardware=None) -> dict:
@@ -65,7 +73,7 @@ def attention_share(model, input_tokens, output_tokens, device="H100-SXM5-80GB",
 
 def _plan_row(p: S.Plan):
     units = [{k: v for k, v in u.items() if k in ("unit", "size", "tp", "n_a", "n_f", "batch", "pbatch", "chunk",
-                                                   "m", "rho", "hw", "hw_a", "hw_f", "device_share", "devices")}
+                                                   "m", "ovl", "rho", "hw", "hw_a", "hw_f", "device_share", "devices")}
              for u in p.units]
     return {"feasible": p.feasible, "reason": p.reason, "tps_device": p.tokens_per_s_per_device,
             "tps_kusd": p.tokens_per_s_per_kusd, "ttft_s": p.ttft_s, "tpot_s": p.tpot_s,
@@ -93,7 +101,7 @@ def ratio_sweep(models, gpus, npu_points, ratios, output_tokens, *, ttft_slo_s, 
     tasks = []
     for hw_name, hw in sets.items():
         npu = hw_name == "NPU design points"
-        grid = npu_grid(af_over_scaleup) if npu else S.Grid(af_over_scaleup=af_over_scaleup)
+        grid = npu_grid(af_over_scaleup) if npu else gpu_grid(af_over_scaleup)
         for model in models:
             for r in ratios:
                 wl = S.Workload(max(1.0, round(r * output_tokens)), output_tokens)
@@ -159,7 +167,7 @@ def ablation(base_model, ratios, output_tokens, *, gpu, ttft_slo_s, ttft_slo_s_p
             slo = slo_for(wl.input_tokens, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s)
             share = attention_share(spec, wl.input_tokens, wl.output_tokens, gpu, precision)
             for row in run_cell(spec, gpu, hw, wl, slo, budget=budget, precision=precision, objective="device",
-                                grid=S.Grid(af_over_scaleup=af_over_scaleup), enforce_context=False):
+                                grid=gpu_grid(af_over_scaleup), enforce_context=False):
                 row.update(axis=axis, value=val, ratio=r, attention_share=share)
                 rows.append(row)
     return add_speedup(pd.DataFrame(rows), ["model", "ratio"])
@@ -172,7 +180,7 @@ def pareto_fronts(model, ratio, output_tokens, *, hardware_name, hardware, tpot_
     rows = []
     for mode in S.MODES:
         tps = S.pareto(mode, model, wl, ttft, tpot_grid, hardware, budget=budget,
-                       prec=Precision.named(precision), grid=S.Grid(af_over_scaleup=af_over_scaleup),
+                       prec=Precision.named(precision), grid=gpu_grid(af_over_scaleup),
                        enforce_context=False)
         rows += [{"mode": mode, "tpot_slo_s": t, "tps_device": v} for t, v in zip(tpot_grid, tps)]
     return pd.DataFrame(rows)
