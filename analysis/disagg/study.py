@@ -195,6 +195,47 @@ def mooncake_workload():
             "requests": int(t.n_requests), "input_p90": float(np.percentile(t.input_tokens, 90))}
 
 
+def mooncake_cells(workload, models, gpus, npu_points, role_hardware, *, ttft_slo_s, ttft_slo_s_per_1k_input,
+                   tpot_slo_s, budget, precision, af_over_scaleup, enforce_context, jobs=2) -> pd.DataFrame:
+    """Best plan of every mode at the Mooncake trace's mean lengths (``workload``: dict with
+    ``input_tokens`` and ``output_tokens``), for every model x hardware set, with speedups."""
+    sets = hardware_sets(gpus, npu_points, role_hardware or None)
+    wl = S.Workload(round(workload["input_tokens"]), round(workload["output_tokens"]))
+    slo = slo_for(wl.input_tokens, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s)
+    tasks = []
+    for hw_name, hw in sets.items():
+        npu = hw_name == "NPU design points"
+        grid = npu_grid(af_over_scaleup) if npu else gpu_grid(af_over_scaleup)
+        for m in models:
+            tasks.append(((m, hw_name, hw, wl, slo),
+                          dict(budget=budget, precision=precision, objective="dollar" if npu else "device",
+                               grid=grid, enforce_context=enforce_context)))
+    cells = parallel_map(run_cell_task, tasks, jobs)
+    return add_speedup(pd.DataFrame([row for cell in cells for row in cell]), ["model", "hardware"])
+
+
+def production_cells(device="H800-SXM5-80GB", budget=128) -> pd.DataFrame:
+    """The validation cells against StepFun's Step-3 report (see :mod:`.production`): simulated
+    decode tokens/s per GPU of Step-3 with AFD and with plain EP decode, and of DeepSeek-V3 with EP
+    decode, next to the published figures, with the error and a verdict."""
+    from . import production as P, verdicts as VD
+    from .. import data
+
+    rows = []
+    for model, mode, key in [("Step-3", "AFD", "stepfun_step3_afd_tps_per_gpu"),
+                             ("DeepSeek-V3", "D", "stepfun_dsv3_tps_per_gpu"),
+                             ("Step-3", "D", None)]:
+        r = P.decode_throughput(model, device, mode, budget=budget)
+        pub = data.published(key)["value"] if key else float("nan")
+        sim = r["tokens_per_s_per_device"]
+        rows.append({"model": model, "mode": mode, "simulated": sim, "published": pub,
+                     "error": sim / pub - 1 if key else float("nan"),
+                     "verdict": VD.verdict_validation(sim, pub) if key else "",
+                     "tpot_ms": r["tpot_s"] * 1e3, "config": json.dumps(r["config"], default=float),
+                     "grid_edge": r.get("grid_edge", False)})
+    return pd.DataFrame(rows)
+
+
 def validation(max_nfev=40):
     """Rows, the calibration fitted on the train split, and predictions (calibrated and not)."""
     rows = V.load_rows()
