@@ -20,8 +20,8 @@ OUT_TOKENS = 1024
 def validation_grid(max_devices: int = 128) -> S.Grid:
     """Instances up to ``max_devices`` (DeepSeek-scale EP decode reaches 144 GPUs), TP up to 8,
     batches up to 8,192 sequences, up to 3 ping-pong micro-batches, two-micro-batch overlap."""
-    return S.Grid(sizes=S._p2(1, max_devices), tps=(1, 2, 4, 8), batches=S._p2(1, 8192), microbatches=(1, 2, 3),
-                  overlaps=(1, 2))
+    return S.Grid(sizes=S._p2(1, max_devices), tps=(1, 2, 4, 8), batches=S._p2(1, 8192),
+                  microbatches=(1, 2, 3), overlaps=(1, 2))
 
 
 def decode_throughput(model, device: str, mode: str, *, context: float = 4096.0, tpot_slo_s: float = 0.05,
