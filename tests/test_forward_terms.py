@@ -223,3 +223,36 @@ def test_unknown_device_suggests_close_names():
     from analysis import specs
     with pytest.raises(specs.UnknownNameError, match="H100-SXM5-80GB"):
         devices.device("H100-SXM5")
+
+
+def test_prefix_hits_compute_the_misses_and_load_the_hits():
+    """P role with half the prompt cached, hits read at 2 GB/s per device: the pass computes 2,000 new
+    tokens after a 2,000-token prefix, then the hits' load shows where it outlasts the pass."""
+    s = F.shape("Llama-3.1-8B")
+    prec, eff = Precision(), Efficiency()
+    dev = devices.device(H100)
+    g = S.Grid(sizes=(2,), tps=(1,), prefill_batches=(4,), utilisations=(0.5,))
+    wl = S.Workload(4000, 200, prefix_hit=0.5, hit_bw=2e9)
+    c = S.role_candidates("P", s, wl, dev, prec=prec, eff=eff, grid=g, budget=8)
+    t0 = float(F.colocated_pass_time(s, prec, eff, dev, tp=1.0, dp=2.0, pre_seqs=4.0, pre_len=2000.0,
+                                     pre_prefix=2000.0))
+    load = 4 * 2000 * 32 * s.kv_elems * 2.0 / (2 * 2e9)
+    t = t0 + max(load - t0, 0) + load / 32
+    x = 4 * 4000 * 32 * s.kv_elems * 2.0 / (2 * dev["net"] * eff.link)
+    ttft = t + 0.5 / (2 * 0.5) * t + 3 / (2 * 0.5 * 4) * t + max(x - t, 0) + x / 32
+    assert c["ttft"][0] == pytest.approx(ttft, rel=1e-12)
+    assert c["rate"][0] == pytest.approx(0.5 * 4 / t, rel=1e-12)
+    # hits in HBM (free load) are cheaper than computing the whole prompt
+    full = S.role_candidates("P", s, S.Workload(4000, 200), dev, prec=prec, eff=eff, grid=g, budget=8)
+    free = S.role_candidates("P", s, S.Workload(4000, 200, prefix_hit=0.5), dev, prec=prec, eff=eff, grid=g,
+                             budget=8)
+    assert free["rate"][0] > full["rate"][0] and c["rate"][0] < free["rate"][0]
+
+
+def test_workload_validation_and_lengths():
+    w = S.Workload.from_lengths([100, 300], [10, 30])
+    assert (w.input_tokens, w.output_tokens) == (200.0, 20.0) and len(w.lengths[0]) == 2
+    with pytest.raises(S.SearchError, match="prefix_hit"):
+        S.Workload(100, 10, prefix_hit=1.0)
+    with pytest.raises(S.SearchError, match="lengths"):
+        S.Workload(100, 10, lengths=([1, 2], [1]))

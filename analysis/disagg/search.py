@@ -57,15 +57,46 @@ class SearchError(ValueError):
 
 @dataclass(frozen=True)
 class Workload:
+    """Requests of ``input_tokens`` prompt and ``output_tokens`` generated tokens (means, tokens).
+
+    ``prefix_hit``: share of the prompt found in a prefix cache (0 to 1, below 1): prefill computes
+    the missed ``(1 - prefix_hit) * input_tokens`` after the cached prefix and loads the hits' KV at
+    ``hit_bw`` bytes/s per device (default: already in HBM, free). ``lengths``: optional
+    ``(inputs, outputs)`` sequences of per-request lengths (e.g. from a trace) for the discrete-event
+    simulation (:mod:`analysis.disagg.des`); the analytic screen uses the means."""
+
     input_tokens: float
     output_tokens: float
     name: str = ""
+    prefix_hit: float = 0.0
+    hit_bw: float = float("inf")
+    lengths: tuple | None = field(default=None, compare=False, hash=False, repr=False)
 
     def __post_init__(self):
         for f in ("input_tokens", "output_tokens"):
             v = getattr(self, f)
             if not (isinstance(v, (int, float, np.integer, np.floating)) and math.isfinite(v) and v >= 1):
                 raise SearchError(f"Workload.{f} must be a finite number >= 1 token, got {v!r}")
+        if not (isinstance(self.prefix_hit, (int, float, np.floating)) and 0 <= self.prefix_hit < 1):
+            raise SearchError(f"Workload.prefix_hit must be a share in [0, 1), got {self.prefix_hit!r}")
+        if not self.hit_bw > 0:
+            raise SearchError(f"Workload.hit_bw must be a bandwidth > 0 bytes/s, got {self.hit_bw!r}")
+        if self.lengths is not None:
+            ins, outs = (np.asarray(x, dtype=float) for x in self.lengths)
+            if ins.shape != outs.shape or ins.ndim != 1 or len(ins) == 0 or (ins < 1).any() or (outs < 1).any():
+                raise SearchError("Workload.lengths must be two equal-length sequences of token counts >= 1")
+            object.__setattr__(self, "lengths", (ins, outs))
+
+    @classmethod
+    def from_lengths(cls, inputs, outputs, **kw) -> "Workload":
+        """A workload whose means and length distribution come from per-request lengths."""
+        ins, outs = np.asarray(inputs, dtype=float), np.asarray(outputs, dtype=float)
+        return cls(float(ins.mean()), float(outs.mean()), lengths=(ins, outs), **kw)
+
+    @property
+    def missed_tokens(self) -> float:
+        """Prompt tokens prefill computes (the rest is a prefix-cache hit)."""
+        return self.input_tokens * (1.0 - self.prefix_hit)
 
 
 @dataclass(frozen=True)
@@ -175,24 +206,26 @@ def af_layer_time(a, f, x1, m):
     return np.maximum(m * np.maximum(np.maximum(a, f), x1), a + f + 2.0 * x1)
 
 
-def _chunk_geometry(I, K):
+def _chunk_geometry(I, K, hit=0.0):
+    """A chunk of ``K`` tokens of the ``I`` computed prompt tokens after ``hit`` cached ones: its
+    length, prompts per step and mean cached prefix."""
     pre_len = np.minimum(K, I)
-    return pre_len, K / pre_len, np.where(K < I, (I - K) / 2.0, 0.0)
+    return pre_len, K / pre_len, hit + np.where(K < I, (I - K) / 2.0, 0.0)
 
 
-def _chunked_mix(c, run, I, O, ctx):
+def _chunked_mix(c, run, I, O, ctx, hit=0.0, t_load=0.0):
     """Continuous batching with chunked prefill (colocated and AF units): a step carries the decode
     batch plus one prefill chunk for a fraction ``f`` of steps. Sets ``c['ttft']`` and ``c['tpot']``;
     returns (tpot, f, prefill seqs per step, mixed-step time, decode-only step time)."""
     B, K = c["batch"], c["chunk"]
-    pl, ps, pp = _chunk_geometry(I, K)
+    pl, ps, pp = _chunk_geometry(I, K, hit)
     t_mix = run(dec_seqs=B, dec_ctx=ctx, pre_seqs=ps, pre_len=pl, pre_prefix=pp)
     t_dec = run(dec_seqs=B, dec_ctx=ctx)
     f = B * I / (O * K)
     tpot = f * t_mix + (1 - f) * t_dec
     service = np.ceil(I / K) * t_mix
     fc = np.minimum(f, 0.999)
-    c["ttft"] = service + fc / (2 * (1 - fc)) * service + t_dec / 2
+    c["ttft"] = service + fc / (2 * (1 - fc)) * service + t_dec / 2 + t_load
     c["tpot"] = tpot
     return tpot, f, ps, t_mix, t_dec
 
@@ -215,6 +248,10 @@ def role_candidates(role, model, wl: Workload, hw, *, prec: Precision, eff: Effi
     s = model if isinstance(model, costs.Shape) else costs.shape(model)
     I, O = float(wl.input_tokens), float(wl.output_tokens)
     ctx = I + O / 2.0
+    Im, Ih = float(wl.missed_tokens), float(wl.input_tokens - wl.missed_tokens)  # computed, cached
+
+    def hit_load(devices):  # one prompt's cached KV read from its tier by the instance's devices
+        return costs.kv_transfer_bytes(s, prec, Ih) / (devices * wl.hit_bw) if Ih > 0 else 0.0
     g = grid.limited(budget)
     if role in ("C", "P", "D"):
         dev = _devices.device(hw, prec.compute)
@@ -234,14 +271,17 @@ def role_candidates(role, model, wl: Workload, hw, *, prec: Precision, eff: Effi
         run = lambda **kw: costs.colocated_pass_time(s, prec, eff, dev, tp=tp, dp=dp, microbatches=ovl, **kw)
         if role == "C":
             B = c["batch"]
-            tpot, f, ps, t_mix, t_dec = _chunked_mix(c, run, I, O, ctx)
+            tpot, f, ps, t_mix, t_dec = _chunked_mix(c, run, Im, O, ctx, Ih, hit_load(size))
             c["interference"] = t_mix / t_dec
             mem = wbytes + costs.kv_bytes_per_device(s, prec, seqs=B + ps, ctx=I + O, tp=tp, dp=dp)
             c["feasible"] = (f < 1) & (mem <= _cap(dev, eff)) & (B >= dp * ovl)
             rate = B / (O * tpot)
         elif role == "P":
             b, rho = c["pbatch"], c["rho"]
-            t = run(pre_seqs=b, pre_len=I)
+            t = run(pre_seqs=b, pre_len=Im, pre_prefix=Ih)
+            if Ih > 0:  # the hits' KV loaded layer by layer behind the pass
+                t = t + costs.kv_transfer_exposed(s, prec, eff, seqs=b, tokens=Ih, t_pass=t, devices=size,
+                                                  net=wl.hit_bw / eff.link)
             exposed = costs.kv_transfer_exposed(s, prec, eff, seqs=b, tokens=I, t_pass=t, devices=size,
                                                 net=dev["net"])
             c["ttft"] = prefill_ttft(t, rho, b, exposed)
@@ -280,14 +320,18 @@ def role_candidates(role, model, wl: Workload, hw, *, prec: Precision, eff: Effi
                                    scaleup=g.af_over_scaleup, **kw)
     if role == "AF":
         B = c["batch"]
-        tpot, f, ps, t_mix, t_dec = _chunked_mix(c, run, I, O, ctx)
+        tpot, f, ps, t_mix, t_dec = _chunked_mix(c, run, Im, O, ctx, Ih, hit_load(n_a))
         kvb = costs.kv_bytes_per_device(s, prec, seqs=B + ps, ctx=I + O, tp=tp, dp=dp)
         c["feasible"] = (f < 1) & (wa + kvb <= _cap(da, eff)) & (wf <= _cap(df, eff)) & (B >= dp * m)
         rate = B / (O * tpot)
     elif role == "PAF":
         b, rho = c["pbatch"], c["rho"]
-        t = run(pre_seqs=b, pre_len=I)
-        exposed = costs.kv_transfer_exposed(s, prec, eff, seqs=b, tokens=I, t_pass=t, devices=n_a, net=da["net"])
+        t = run(pre_seqs=b, pre_len=Im, pre_prefix=Ih)
+        if Ih > 0:
+            t = t + costs.kv_transfer_exposed(s, prec, eff, seqs=b, tokens=Ih, t_pass=t, devices=n_a,
+                                              net=wl.hit_bw / eff.link)
+        exposed = costs.kv_transfer_exposed(s, prec, eff, seqs=b, tokens=I, t_pass=t, devices=n_a,
+                                            net=da["net"])
         c["ttft"] = prefill_ttft(t, rho, b, exposed)
         kvb = costs.kv_bytes_per_device(s, prec, seqs=b, ctx=I, tp=tp, dp=dp)
         c["feasible"] = (wa + kvb <= _cap(da, eff)) & (wf <= _cap(df, eff)) & (b >= m)
