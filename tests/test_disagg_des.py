@@ -1,0 +1,76 @@
+"""The discrete-event simulation (analysis.disagg.des): M/D/1 where it must agree, conservation,
+determinism, and the speed of one plan over the Mooncake conversation trace is in benchmarks/."""
+import numpy as np
+import pytest
+
+from analysis import forward as F
+from analysis.disagg import des, devices
+from analysis.disagg import search as S
+from analysis.forward import Efficiency, Precision
+
+H100 = "H100-SXM5-80GB"
+MODEL = "Llama-3.1-8B"
+
+
+def _pd_plan(wl, rho=0.7):
+    g = S.Grid(sizes=(1,), tps=(1,), prefill_batches=(1,), utilisations=(rho,), batches=(64,))
+    p = S.best_plan("PD", MODEL, wl, S.SLO(1e6, 1e6), S.default_hardware(H100), budget=8, grid=g)
+    assert p.feasible
+    return p, g
+
+
+def test_prefill_queue_matches_md1():
+    """One prefill instance, batches of one prompt, fixed lengths, Poisson arrivals at utilisation 0.7:
+    the mean wait before the pass is the M/D/1 mean ``rho / (2 (1 - rho)) t``, and the mean TTFT equals
+    the analytic screen's prefill TTFT with b = 1."""
+    wl = S.Workload(2000, 20)
+    p, g = _pd_plan(wl)
+    s, prec, eff = F.shape(MODEL), Precision(), Efficiency()
+    dev = devices.device(H100)
+    t = float(F.colocated_pass_time(s, prec, eff, dev, tp=1.0, dp=1.0, pre_seqs=1.0, pre_len=2000.0))
+    x = float(F.kv_transfer_exposed(s, prec, eff, seqs=1, tokens=2000.0, t_pass=t, devices=1, net=dev["net"]))
+    rho = 0.7
+    r = des.simulate(p, MODEL, wl, budget=8, rate=rho / t, n_requests=40000, seed=3,
+                     instances={"P": 1, "D": 1}, grid=g)
+    wait = r.ttft - t - x
+    assert wait.mean() == pytest.approx(rho / (2 * (1 - rho)) * t, rel=0.05)
+    p_unit = [u for u in p.units if u["unit"] == "P"][0]
+    assert r.ttft.mean() == pytest.approx(p_unit["ttft"], rel=0.05)
+    assert np.all(wait >= -1e-12)
+
+
+def test_every_request_completes_in_order_of_its_events():
+    ins = np.array([500, 3000, 9000, 120, 40000])
+    outs = np.array([1, 50, 300, 7, 200])
+    wl = S.Workload.from_lengths(ins, outs)
+    for mode in ("C", "PD"):
+        g = S.Grid(sizes=(1, 2), tps=(1, 2), batches=(16, 64), chunks=(2048,), prefill_batches=(1, 4),
+                   utilisations=(0.7,))
+        p = S.best_plan(mode, MODEL, wl, S.SLO(1e6, 1e6), S.default_hardware(H100), budget=8, grid=g)
+        r = des.simulate(p, MODEL, wl, budget=8, n_requests=500, seed=1, grid=g, slo=S.SLO(10.0, 0.1))
+        assert np.isfinite(r.ttft).all() and (r.ttft > 0).all()
+        assert np.isfinite(r.tpot).all() and (r.tpot >= 0).all()
+        assert 0 <= r.attainment <= 1 and r.p90_ttft_s >= np.median(r.ttft)
+        r2 = des.simulate(p, MODEL, wl, budget=8, n_requests=500, seed=1, grid=g, slo=S.SLO(10.0, 0.1))
+        assert np.array_equal(r.ttft, r2.ttft) and np.array_equal(r.tpot, r2.tpot)
+
+
+def test_light_load_decode_runs_at_the_single_sequence_step():
+    """Requests 100 s apart (evenly spaced arrivals): each decodes alone, so its TPOT is the
+    one-sequence decode step at a context between the prompt and the last token."""
+    wl = S.Workload(1000, 100)
+    p, g = _pd_plan(wl)
+    r = des.simulate(p, MODEL, wl, budget=8, rate=0.01, n_requests=20, trace_s=np.arange(20.0),
+                     instances={"P": 1, "D": 1}, grid=g)
+    s, dev = F.shape(MODEL), devices.device(H100)
+    step = [float(F.colocated_pass_time(s, Precision(), Efficiency(), dev, tp=1.0, dp=1.0, dec_seqs=1.0,
+                                        dec_ctx=c)) for c in (1001.0, 1100.0)]
+    assert min(step) * 0.999 <= r.tpot.mean() <= max(step) * 1.001
+
+
+def test_more_load_never_improves_the_tail():
+    wl = S.Workload(3000, 100)
+    p, g = _pd_plan(wl)
+    lo = des.simulate(p, MODEL, wl, budget=8, load=0.3, n_requests=3000, seed=2, grid=g)
+    hi = des.simulate(p, MODEL, wl, budget=8, load=0.9, n_requests=3000, seed=2, grid=g)
+    assert hi.p90_ttft_s >= lo.p90_ttft_s and hi.p90_tpot_s >= lo.p90_tpot_s * (1 - 1e-9)
