@@ -74,3 +74,31 @@ def test_more_load_never_improves_the_tail():
     lo = des.simulate(p, MODEL, wl, budget=8, load=0.3, n_requests=3000, seed=2, grid=g)
     hi = des.simulate(p, MODEL, wl, budget=8, load=0.9, n_requests=3000, seed=2, grid=g)
     assert hi.p90_ttft_s >= lo.p90_ttft_s and hi.p90_tpot_s >= lo.p90_tpot_s * (1 - 1e-9)
+
+
+def test_rerank_keeps_the_analytic_order_and_judges_each_plan():
+    wl = S.Workload(2000, 100)
+    g = S.Grid(sizes=(1, 2, 4), tps=(1, 2), batches=(16, 64), chunks=(2048,), prefill_batches=(1, 4),
+               utilisations=(0.5, 0.8))
+    slo = S.SLO(3.0, 0.05)
+    rows = des.rerank("PD", MODEL, wl, slo, S.default_hardware(H100), k=3, budget=8, grid=g)
+    tps = [r["tps_device"] for r in rows]
+    assert len(rows) == 3 and tps == sorted(tps, reverse=True)
+    top = S.best_plan("PD", MODEL, wl, slo, S.default_hardware(H100), budget=8, grid=g)
+    assert tps[0] == pytest.approx(top.tokens_per_s_per_device)
+    for r in rows:
+        assert r["meets_p90"] == (r["p90_ttft_s"] <= slo.ttft_s and r["p90_tpot_s"] <= slo.tpot_s)
+
+
+def test_reranked_best_takes_only_plans_meeting_the_tail():
+    import pandas as pd
+
+    from analysis.disagg import study
+    tail = pd.DataFrame({"mode": ["C", "C", "PD", "PD", "AF"], "feasible": [True] * 5,
+                         "tps_device": [10.0, 9.0, 20.0, 15.0, 5.0],
+                         "des_tps_device": [8.0, 7.0, 18.0, 12.0, 4.0],
+                         "meets_p90": [False, True, False, True, False]})
+    b = study.reranked_best(tail)
+    assert b.loc["C", "simulated"] == 7.0 and b.loc["PD", "simulated"] == 12.0
+    assert np.isnan(b.loc["AF", "simulated"])
+    assert b.loc["PD", "simulated_speedup"] == pytest.approx(12 / 7) and b.loc["PD", "screen_speedup"] == 2.0

@@ -256,3 +256,18 @@ def test_workload_validation_and_lengths():
         S.Workload(100, 10, prefix_hit=1.0)
     with pytest.raises(S.SearchError, match="lengths"):
         S.Workload(100, 10, lengths=([1, 2], [1]))
+
+
+def test_plan_reports_pool_throughput_and_grid_edges():
+    wl, slo = S.Workload(2000, 200), S.SLO(5.0, 0.1)
+    g = S.Grid(sizes=(1, 2), tps=(1, 2), batches=(16, 64), prefill_batches=(1, 4), utilisations=(0.5, 0.8))
+    p = S.best_plan("PD", "Llama-3.1-8B", wl, slo, S.default_hardware(H100), budget=8, grid=g)
+    pools = p.pool_throughput()
+    d = [u for u in p.units if u["unit"] == "D"][0]
+    assert pools["D"] == pytest.approx(d["batch"] / (d["tpot"] * d["devices"]))
+    pu = [u for u in p.units if u["unit"] == "P"][0]
+    assert pools["P"] == pytest.approx(pu["rate"] * 2000 / pu["devices"])
+    assert "D.batch" in p.edges  # the decode batch wants more than 64 sequences here
+    wide = S.Grid(**{**g.__dict__, "batches": (16, 64, 256, 1024)})
+    p2 = S.best_plan("PD", "Llama-3.1-8B", wl, slo, S.default_hardware(H100), budget=8, grid=wide)
+    assert p2.tokens_per_s_per_device > p.tokens_per_s_per_device

@@ -393,7 +393,14 @@ def unit_candidates(unit, roles, model, wl, hardware, **kw):
 
 @dataclass
 class Plan:
-    """The best plan of a mode (or why there is none)."""
+    """The best plan of a mode (or why there is none).
+
+    ``tokens_per_s_per_device``: output tokens/s per device of the whole plan (pools rate-matched);
+    ``tokens_per_s_per_kusd``: the same per 1,000 USD of device price; ``ttft_s``, ``tpot_s``: mean
+    latencies (s) of the screen; ``units``: one dict per unit (configuration, ``rate`` requests/s of one
+    instance, ``devices`` per instance, ``device_share`` of the plan); ``edges``: the grid edges the
+    chosen configuration sits on (a better plan may lie beyond them); ``input_tokens``,
+    ``output_tokens``: the workload's means."""
 
     mode: str
     feasible: bool
@@ -404,6 +411,19 @@ class Plan:
     tpot_s: float = float("nan")
     units: list = field(default_factory=list)  # one dict per unit: configuration + share of devices
     candidates: int = 0
+    edges: list = field(default_factory=list)
+    input_tokens: float = float("nan")
+    output_tokens: float = float("nan")
+
+    def pool_throughput(self) -> dict:
+        """Throughput per device of each pool, as operators publish it (tokens/s per device): output
+        tokens of a decode-side pool (units with a TPOT: ``C``, ``D``, ``AF``, ``DAF``), input tokens of a
+        prefill pool (``P``, ``PAF``), per device of one of its instances."""
+        out = {}
+        for u in self.units:
+            per_req = self.output_tokens if "tpot" in u else self.input_tokens
+            out[u["unit"]] = u["rate"] * per_req / u["devices"]
+        return out
 
     def __repr__(self):
         if not self.feasible:
@@ -421,7 +441,7 @@ def _pick(c, i):
 
 def best_plan(mode, model, wl: Workload, slo: SLO, hardware: dict, *, budget: int = 64,
               objective: str = "device", prec: Precision = Precision(), eff: Efficiency = Efficiency(),
-              grid: Grid = Grid(), enforce_context: bool = True, _cands=None) -> Plan:
+              grid: Grid = Grid(), enforce_context: bool = True, _cands=None, _top: int = 0) -> Plan:
     """The best plan of ``mode`` for ``model`` on ``wl`` under ``slo`` within ``budget`` devices.
 
     ``objective``: ``"device"`` (output tokens/s per device) or ``"dollar"`` (per USD of devices).
@@ -479,20 +499,52 @@ def best_plan(mode, model, wl: Workload, slo: SLO, hardware: dict, *, budget: in
         idx = np.flatnonzero(ok)
         order = idx[np.lexsort((c[key][idx], c["devices"][idx]))]
         dv = c["devices"][order]
-        first = np.r_[True, dv[1:] != dv[:-1]]
-        per_unit.append((order[first], c))
-    best = None
+        rank = np.arange(len(dv)) - np.searchsorted(dv, dv, side="left")  # rank within its instance size
+        per_unit.append((order[rank < max(_top, 1)], c))
+    combos = []
     for combo in itertools.product(*[list(ix) for ix, _ in per_unit]):
         devs = sum(c["devices"][i] for i, (_, c) in zip(combo, per_unit))
         if devs > budget:
             continue
-        cost = sum(c[key][i] for i, (_, c) in zip(combo, per_unit))
-        if best is None or cost < best[0]:
-            best = (cost, combo)
-    if best is None:
+        combos.append((sum(c[key][i] for i, (_, c) in zip(combo, per_unit)), combo))
+    if not combos:
         return Plan(mode, False, f"the units' smallest feasible instances need more than {budget} devices together",
                     candidates=n_total)
-    cost, combo = best
+    combos.sort(key=lambda x: x[0])
+    if _top:
+        return [_assemble(mode, combo, per_unit, wl, n_total, grid.limited(budget), budget)
+                for _, combo in combos[:_top]]
+    return _assemble(mode, combos[0][1], per_unit, wl, n_total, grid.limited(budget), budget)
+
+
+def top_plans(mode, model, wl: Workload, slo: SLO, hardware: dict, k: int = 5, **kw) -> list:
+    """The ``k`` best plans of ``mode`` by the analytic screen (best first; up to ``k`` configurations
+    per instance size and unit are combined), e.g. to re-rank with :func:`analysis.disagg.des.simulate`.
+    Keywords as :func:`best_plan`; an infeasible mode gives ``[Plan(feasible=False, ...)]``."""
+    out = best_plan(mode, model, wl, slo, hardware, _top=int(k), **kw)
+    return out if isinstance(out, list) else [out]
+
+
+EDGE_AXES = {"size": "sizes", "n_a": "sizes", "n_f": "sizes", "tp": "tps", "batch": "batches", "chunk": "chunks",
+             "pbatch": "prefill_batches", "m": "microbatches", "ovl": "overlaps"}
+
+
+def grid_edges(units, grid: Grid, budget: int) -> list:
+    """``unit.axis`` for every chosen value at the top of its grid axis (a better plan may lie beyond;
+    1-valued axes and the smallest values are not edges worth reporting), and ``budget`` when one
+    instance of every unit together fills the device budget."""
+    out = []
+    for u in units:
+        for k, ax in EDGE_AXES.items():
+            vals = getattr(grid, ax)
+            if k in u and len(vals) > 1 and u[k] >= max(vals):
+                out.append(f"{u['unit']}.{k}")
+    if sum(u["devices"] for u in units) >= budget:
+        out.append("budget")
+    return out
+
+
+def _assemble(mode, combo, per_unit, wl, n_total, grid=None, budget=None) -> Plan:
     units, dev_cost, usd_cost, ttft, tpot = [], 0.0, 0.0, 0.0, 0.0
     for (unit, roles), i, (_, c) in zip(MODE_UNITS[mode], combo, per_unit):
         u = _pick(c, i)
@@ -505,7 +557,9 @@ def best_plan(mode, model, wl: Workload, slo: SLO, hardware: dict, *, budget: in
     for u in units:
         u["device_share"] = u["dev_per_rate"] / dev_cost
     O = float(wl.output_tokens)
-    return Plan(mode, True, "", O / dev_cost, O / usd_cost * 1e3, ttft, tpot, units, n_total)
+    edges = grid_edges(units, grid, budget) if grid is not None else []
+    return Plan(mode, True, "", O / dev_cost, O / usd_cost * 1e3, ttft, tpot, units, n_total, edges,
+                float(wl.input_tokens), O)
 
 
 def mode_candidates(mode, model, wl, hardware, *, budget, prec, eff, grid, _memo=None):

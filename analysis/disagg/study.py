@@ -77,7 +77,7 @@ def _plan_row(p: S.Plan):
              for u in p.units]
     return {"feasible": p.feasible, "reason": p.reason, "tps_device": p.tokens_per_s_per_device,
             "tps_kusd": p.tokens_per_s_per_kusd, "ttft_s": p.ttft_s, "tpot_s": p.tpot_s,
-            "units": json.dumps(units, default=float), "candidates": p.candidates}
+            "units": json.dumps(units, default=float), "candidates": p.candidates, "edges": ",".join(p.edges)}
 
 
 def run_cell(model, hw_name, hardware, wl, slo, *, budget, precision, objective, grid, enforce_context,
@@ -244,3 +244,42 @@ def validation(max_nfev=40):
     raw = V.predict(rows, V.Calibration())
     assumed = V.predict(V.load_rows(assume_workers=True), cal)
     return {"rows": rows, "calibration": cal, "pred": pred, "uncalibrated": raw, "assumed_workers": assumed}
+
+
+def tail_rerank(model, gpu, *, k, load, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s, budget, precision,
+                af_over_scaleup, seed=0) -> pd.DataFrame:
+    """Each mode's ``k`` best plans by the analytic screen on the Mooncake conversation trace (its
+    length distribution and arrival times), replayed by the event simulation at ``load`` times each
+    plan's capacity and judged at the 90th percentile of TTFT and TPOT (:func:`.des.rerank`)."""
+    from ..traces import load_trace
+    from . import des
+
+    t = load_trace("mooncake_conversation")
+    wl = S.Workload.from_lengths(t.input_tokens, t.output_tokens)
+    slo = slo_for(wl.input_tokens, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s)
+    rows = []
+    for mode in S.MODES:
+        for r in des.rerank(mode, model, wl, slo, S.default_hardware(gpu), k=k, budget=budget, load=load,
+                            trace_s=t.arrival_s, seed=seed, prec=Precision.named(precision),
+                            grid=gpu_grid(af_over_scaleup)):
+            p = r.pop("plan")
+            rows.append({"mode": mode, **{k_: v for k_, v in r.items() if k_ != "instances"},
+                         "instances": json.dumps(r.get("instances", {})), "ttft_s": p.ttft_s, "tpot_s": p.tpot_s,
+                         "ttft_slo_s": slo.ttft_s, "tpot_slo_s": slo.tpot_s})
+    return pd.DataFrame(rows)
+
+
+def reranked_best(tail: pd.DataFrame) -> pd.DataFrame:
+    """Per mode: the screen's best throughput per device (rate-matched pools) and, among the ``k``
+    plans whose simulated 90th percentiles meet the SLOs, the best throughput per device their whole
+    instances serve in the simulation (NaN if none does), each as a speedup over C's."""
+    out = []
+    for mode, d in tail.groupby("mode", sort=False):
+        ok = d[d["feasible"] & d["meets_p90"].fillna(False).astype(bool)]
+        out.append({"mode": mode, "screen": float(d["tps_device"].max()) if d["feasible"].any() else np.nan,
+                    "simulated": float(ok["des_tps_device"].max()) if len(ok) else np.nan,
+                    "plans_meeting_p90": int(len(ok)), "plans": int(d["feasible"].sum())})
+    df = pd.DataFrame(out).set_index("mode")
+    df["screen_speedup"] = df["screen"] / df.loc["C", "screen"] if "C" in df.index else np.nan
+    df["simulated_speedup"] = df["simulated"] / df.loc["C", "simulated"] if "C" in df.index else np.nan
+    return df
