@@ -56,3 +56,43 @@ def test_best_disagg_and_axis_rho():
     ab = pd.DataFrame({"axis": ["x"] * 4, "value": [1, 2, 4, 8], "best_disagg": [1.0, 1.1, 1.3, 1.2]})
     assert V.axis_rho(ab, "x") == pytest.approx(0.8)
     assert np.isnan(V.spearman([1, 1, 1], [1, 2, 3]))
+
+
+def test_repricing_equals_pricing_from_scratch():
+    """Claim (b) under several price models re-prices one set of candidates: with the listed prices it
+    equals the ordinary per-dollar search; a price model changes dollars only."""
+    from analysis.disagg import devices, study
+    from analysis.disagg import search as S
+
+    pts = ["NPU-250T-64G", "NPU-5000T-16G"]
+    hw = S.default_hardware(pts)
+    g = S.Grid(sizes=(1, 2, 4), tps=(1, 2), batches=(16, 64), chunks=(2048,), prefill_batches=(1, 4),
+               utilisations=(0.7,), microbatches=(1, 2))
+    wl, slo = S.Workload(4000, 200), S.SLO(5.0, 0.1)
+    kw = dict(budget=16, precision="bf16", objective="dollar", grid=g, enforce_context=False)
+    plain = study.run_cell("Qwen3-30B-A3B", "x", hw, wl, slo, **kw)
+    linear = {k: v for k, v in devices.npu_prices("linear").items() if k in pts}
+    power = {k: v for k, v in devices.npu_prices("power-law").items() if k in pts}
+    rep = study.run_cell("Qwen3-30B-A3B", "x", hw, wl, slo, price_models={"x": linear, "y": power}, **kw)
+    for a, b in zip(plain, rep[:5]):
+        assert a["mode"] == b["mode"]
+        assert a["tps_kusd"] == pytest.approx(b["tps_kusd"], rel=1e-12, nan_ok=True)
+    c = S.unit_candidates("P", "P", "Qwen3-30B-A3B", wl, hw, prec=S.Precision(), eff=S.Efficiency(), grid=g,
+                          budget=16)
+    r = S.reprice(c, {k: 2 * v for k, v in linear.items()})
+    assert np.allclose(r["usd_per_rate"], 2 * c["usd_per_rate"]) and r["rate"] is c["rate"]
+    assert set(devices.npu_prices("gpu-fit")) == set(devices.npu_names())
+
+
+def test_within_ratio_rho_and_claim_b_by_price():
+    df = pd.DataFrame({"ratio": [1, 1, 1, 10, 10, 10], "attention_share": [0.1, 0.2, 0.3, 0.5, 0.6, 0.7],
+                       "best_disagg": [1.0, 1.1, 1.2, 3.0, 2.0, 1.0]})
+    r = V.within_ratio_rho(df)
+    assert r.loc[1] == pytest.approx(1.0) and r.loc[10] == pytest.approx(-1.0)
+    assert V.spearman(df["attention_share"], df["best_disagg"]) > 0  # across ratios it looks positive
+    rows = []
+    for hw, wins in [("a", {"PD": 1.2, "AF": 0.9, "3-way": 0.8, "PDAF": 1.5}),
+                     ("b", {"PD": 1.2, "AF": 1.1, "3-way": 0.8, "PDAF": 0.5})]:
+        rows += [{"hardware": hw, "mode": m, "speedup": v} for m, v in wins.items()]
+    t = V.claim_b_by_price(pd.DataFrame(rows), {"linear": "a", "power-law": "b"})
+    assert t.loc["linear", "verdict"] == VERDICTS[0] and t.loc["power-law", "PDAF rank"] == 4

@@ -391,6 +391,21 @@ def unit_candidates(unit, roles, model, wl, hardware, **kw):
     return out
 
 
+def reprice(c: dict, prices: dict) -> dict:
+    """A unit's candidates (:func:`unit_candidates`) with every device priced from ``prices`` (device
+    name -> USD): ``dollars`` and ``usd_per_rate`` recomputed, everything else shared (the
+    throughputs do not depend on prices, so one pricing of the candidates serves every price model)."""
+    names = c["_hw"]
+    if "hw" in names[0]:
+        per = np.array([prices[h["hw"]] for h in names])[c["hw_idx"]]
+        dollars = c["devices"] * per
+    else:
+        pa = np.array([prices[h["hw_a"]] for h in names])[c["hw_idx"]]
+        pf = np.array([prices[h["hw_f"]] for h in names])[c["hw_idx"]]
+        dollars = c["n_a"] * pa + c["n_f"] * pf
+    return {**c, "dollars": dollars, "usd_per_rate": dollars / c["rate"]}
+
+
 @dataclass
 class Plan:
     """The best plan of a mode (or why there is none).

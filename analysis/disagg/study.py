@@ -81,15 +81,43 @@ def _plan_row(p: S.Plan):
 
 
 def run_cell(model, hw_name, hardware, wl, slo, *, budget, precision, objective, grid, enforce_context,
-             eff=Efficiency()):
+             eff=Efficiency(), price_models=None):
+    """Best plan of every mode for one model, hardware set and workload (rows of the sweep).
+    ``price_models``: optional ``{hardware-set name: {device: USD}}``; the candidates are priced once
+    and re-priced per model (:func:`.search.reprice`), one set of rows per name (objective dollar)."""
     rows = []
-    plans = S.best_plans(model, wl, slo, hardware, budget=budget, objective=objective,
-                         prec=Precision.named(precision), eff=eff, grid=grid, enforce_context=enforce_context)
+    name = model if isinstance(model, str) else model.name
+    kw = dict(budget=budget, prec=Precision.named(precision), eff=eff, grid=grid, enforce_context=enforce_context)
+    if price_models:
+        s = costs.shape(model)
+        memo, cands = {}, {}
+        if not (enforce_context and wl.input_tokens + wl.output_tokens > s.max_context):
+            for mode in S.MODES:
+                cands[mode] = S.mode_candidates(mode, s, wl, hardware, budget=budget, prec=kw["prec"], eff=eff,
+                                                grid=grid, _memo=memo)
+        for set_name, prices in price_models.items():
+            for mode in S.MODES:
+                cc = [S.reprice(c, prices) for c in cands[mode]] if mode in cands else None
+                p = S.best_plan(mode, s, wl, slo, hardware, objective="dollar", _cands=cc, **kw)
+                rows.append({"model": name, "hardware": set_name, "input_tokens": wl.input_tokens,
+                             "output_tokens": wl.output_tokens, "mode": mode, "objective": "dollar", **_plan_row(p)})
+        return rows
+    plans = S.best_plans(model, wl, slo, hardware, objective=objective, **kw)
     for mode, p in plans.items():
-        rows.append({"model": model if isinstance(model, str) else model.name, "hardware": hw_name,
-                     "input_tokens": wl.input_tokens, "output_tokens": wl.output_tokens, "mode": mode,
-                     "objective": objective, **_plan_row(p)})
+        rows.append({"model": name, "hardware": hw_name, "input_tokens": wl.input_tokens,
+                     "output_tokens": wl.output_tokens, "mode": mode, "objective": objective, **_plan_row(p)})
     return rows
+
+
+NPU_SET = "NPU design points"
+PRICE_SET_NAMES = {"linear": NPU_SET, "power-law": f"{NPU_SET} (power-law prices)",
+                   "gpu-fit": f"{NPU_SET} (GPU-fit prices)"}
+
+
+def npu_price_models(npu_points) -> dict:
+    """Hardware-set name -> prices of the NPU design points under each price model."""
+    return {PRICE_SET_NAMES[m]: {k: v for k, v in devices.npu_prices(m).items() if k in npu_points}
+            for m in devices.PRICE_MODELS}
 
 
 def ratio_sweep(models, gpus, npu_points, ratios, output_tokens, *, ttft_slo_s, ttft_slo_s_per_1k_input,
@@ -108,7 +136,8 @@ def ratio_sweep(models, gpus, npu_points, ratios, output_tokens, *, ttft_slo_s, 
                 slo = slo_for(wl.input_tokens, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s)
                 tasks.append(((model, hw_name, hw, wl, slo),
                               dict(budget=budget, precision=precision, objective="dollar" if npu else "device",
-                                   grid=grid, enforce_context=enforce_context), r))
+                                   grid=grid, enforce_context=enforce_context,
+                                   price_models=npu_price_models(npu_points) if npu else None), r))
     rows = []
     for (args, kw, r), cell in zip(tasks, parallel_map(run_cell_task, [(a, k) for a, k, _ in tasks], jobs)):
         for row in cell:
