@@ -96,3 +96,21 @@ def test_within_ratio_rho_and_claim_b_by_price():
         rows += [{"hardware": hw, "mode": m, "speedup": v} for m, v in wins.items()]
     t = V.claim_b_by_price(pd.DataFrame(rows), {"linear": "a", "power-law": "b"})
     assert t.loc["linear", "verdict"] == VERDICTS[0] and t.loc["power-law", "PDAF rank"] == 4
+
+
+def test_production_cell_returns_the_best_configuration_meeting_the_slo():
+    from analysis.disagg import production as P
+    from analysis.disagg import search as S
+
+    g = S.Grid(sizes=(1, 2, 4, 8), tps=(1, 2), batches=(16, 64, 256), microbatches=(1, 2), overlaps=(1,))
+    r = P.decode_throughput("Qwen3-30B-A3B", "H100-SXM5-80GB", "D", tpot_slo_s=0.03, budget=8, grid=g)
+    c = S.role_candidates("D", "Qwen3-30B-A3B", S.Workload(4096 - 512, 1024), "H100-SXM5-80GB",
+                          prec=S.Precision.named("fp8"), eff=S.Efficiency(), grid=g, budget=8)
+    ok = c["feasible"] & (c["tpot"] <= 0.03)
+    best = np.max((c["batch"] / (c["tpot"] * c["devices"]))[ok])
+    assert r["tokens_per_s_per_device"] == pytest.approx(best)
+    assert r["tpot_s"] <= 0.03
+    none = P.decode_throughput("Qwen3-30B-A3B", "H100-SXM5-80GB", "AFD", tpot_slo_s=1e-6, budget=8, grid=g)
+    assert np.isnan(none["tokens_per_s_per_device"])
+    with pytest.raises(S.SearchError):
+        P.decode_throughput("Qwen3-30B-A3B", "H100-SXM5-80GB", "PD")
