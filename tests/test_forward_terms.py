@@ -271,3 +271,22 @@ def test_plan_reports_pool_throughput_and_grid_edges():
     wide = S.Grid(**{**g.__dict__, "batches": (16, 64, 256, 1024)})
     p2 = S.best_plan("PD", "Llama-3.1-8B", wl, slo, S.default_hardware(H100), budget=8, grid=wide)
     assert p2.tokens_per_s_per_device > p.tokens_per_s_per_device
+
+
+def test_whole_instances_cost_and_never_beat_rate_matching():
+    # two units: 2-device instances at 1 req/s and 3-device instances at 2 req/s, 12 devices
+    cost, counts = S.whole_instance_cost([(2, 2.0, 1.0), (3, 3.0, 2.0)], 12)
+    brute = min(((n1 * 2 + n2 * 3) / min(n1 * 1.0, n2 * 2.0), (n1, n2))
+                for n1 in range(1, 7) for n2 in range(1, 5) if 2 * n1 + 3 * n2 <= 12)
+    assert cost == pytest.approx(brute[0]) and counts == brute[1]
+    wl, slo = S.Workload(3000, 300), S.SLO(5.0, 0.1)
+    g = S.Grid(sizes=(1, 2, 4, 8), tps=(1, 2), batches=(16, 64, 256), prefill_batches=(1, 4), utilisations=(0.7,))
+    hw = S.default_hardware(H100)
+    for mode in ("PD", "3-way", "C"):
+        frac = S.best_plan(mode, "Qwen3-30B-A3B", wl, slo, hw, budget=16, grid=g)
+        whole = S.best_plan(mode, "Qwen3-30B-A3B", wl, slo, hw, budget=16, grid=g, whole_instances=True)
+        assert whole.tokens_per_s_per_device <= frac.tokens_per_s_per_device * (1 + 1e-12)
+        used = sum(u["instances"] * u["devices"] for u in whole.units)
+        assert used <= 16
+        rate = min(u["instances"] * u["rate"] for u in whole.units)
+        assert whole.tokens_per_s_per_device == pytest.approx(300 * rate / used)

@@ -40,10 +40,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..specs import ModelSpec
 from .. import forward as costs
-from . import devices as _devices
 from ..forward import Efficiency, Precision
+from . import devices as _devices
 
 MODES = ("C", "PD", "AF", "3-way", "PDAF")
 MODE_ROLES = {"C": ("C",), "PD": ("P", "D"), "AF": ("A", "F"), "3-way": ("P", "DA", "DF"),
@@ -83,7 +82,8 @@ class Workload:
             raise SearchError(f"Workload.hit_bw must be a bandwidth > 0 bytes/s, got {self.hit_bw!r}")
         if self.lengths is not None:
             ins, outs = (np.asarray(x, dtype=float) for x in self.lengths)
-            if ins.shape != outs.shape or ins.ndim != 1 or len(ins) == 0 or (ins < 1).any() or (outs < 1).any():
+            bad = ins.shape != outs.shape or ins.ndim != 1 or len(ins) == 0
+            if bad or (ins < 1).any() or (outs < 1).any():
                 raise SearchError("Workload.lengths must be two equal-length sequences of token counts >= 1")
             object.__setattr__(self, "lengths", (ins, outs))
 
@@ -174,7 +174,8 @@ def _ar(s, prec, eff, link, tokens, tp):
 def _split_step(s, prec, eff, da, df, *, tp, n_a, n_f, m, scaleup=True, **pass_kw):
     """Forward-pass time of an attention/FFN split with ``m`` ping-pong micro-batches; ``pass_kw``
     describe the whole pass and are divided among micro-batches."""
-    kw = {k: (np.asarray(v, dtype=float) / m if k in ("dec_seqs", "pre_seqs") else v) for k, v in pass_kw.items()}
+    kw = {k: (np.asarray(v, dtype=float) / m if k in ("dec_seqs", "pre_seqs") else v)
+          for k, v in pass_kw.items()}
     dp = n_a / tp
     ta, tf, p = costs.forward_parts(s, prec, eff, da, df, tp=tp, dp=dp, n_ffn=n_f, **kw)
     ta = ta + _ar(s, prec, eff, da["link"], p["tokens"] / dp, tp)
@@ -193,7 +194,8 @@ def _split_step(s, prec, eff, da, df, *, tp, n_a, n_f, m, scaleup=True, **pass_k
         x1 = costs.af_hop_time(s, prec, eff, net, tokens=p["tokens"], n_attn=n_a, n_ffn=n_f,
                                link=min(da["link"], df["link"]), domain=dom, per_direction=True)
     else:
-        x1 = costs.af_hop_time(s, prec, eff, net, tokens=p["tokens"], n_attn=n_a, n_ffn=n_f, per_direction=True)
+        x1 = costs.af_hop_time(s, prec, eff, net, tokens=p["tokens"], n_attn=n_a, n_ffn=n_f,
+                               per_direction=True)
     return L * af_layer_time(a, f, x1, m) + eff.step_overhead_s
 
 
@@ -350,7 +352,8 @@ def role_candidates(role, model, wl: Workload, hw, *, prec: Precision, eff: Effi
 # ------------------------------------------------------------------------------------- modes
 
 MODE_UNITS = {"C": (("C", "C"),), "PD": (("P", "P"), ("D", "D")), "AF": (("AF", ("A", "F")),),
-              "3-way": (("P", "P"), ("DAF", ("DA", "DF"))), "PDAF": (("PAF", ("PA", "PF")), ("DAF", ("DA", "DF")))}
+              "3-way": (("P", "P"), ("DAF", ("DA", "DF"))),
+              "PDAF": (("PAF", ("PA", "PF")), ("DAF", ("DA", "DF")))}
 
 
 def default_hardware(device: str | list) -> dict:
@@ -443,7 +446,8 @@ class Plan:
     def __repr__(self):
         if not self.feasible:
             return f"Plan({self.mode}: infeasible — {self.reason})"
-        return (f"Plan({self.mode}: {self.tokens_per_s_per_device:.4g} tok/s/device, TTFT {self.ttft_s*1e3:.0f} ms, "
+        return (f"Plan({self.mode}: {self.tokens_per_s_per_device:.4g} tok/s/device, "
+                f"TTFT {self.ttft_s*1e3:.0f} ms, "
                 f"TPOT {self.tpot_s*1e3:.1f} ms)")
 
 
@@ -456,8 +460,12 @@ def _pick(c, i):
 
 def best_plan(mode, model, wl: Workload, slo: SLO, hardware: dict, *, budget: int = 64,
               objective: str = "device", prec: Precision = Precision(), eff: Efficiency = Efficiency(),
-              grid: Grid = Grid(), enforce_context: bool = True, _cands=None, _top: int = 0) -> Plan:
+              grid: Grid = Grid(), enforce_context: bool = True, whole_instances: bool = False, _cands=None,
+              _top: int = 0) -> Plan:
     """The best plan of ``mode`` for ``model`` on ``wl`` under ``slo`` within ``budget`` devices.
+
+    Pools are rate-matched continuously (fractional pools), unless ``whole_instances``: then each
+    unit gets a whole number of instances within the budget (:func:`whole_instance_cost`).
 
     ``objective``: ``"device"`` (output tokens/s per device) or ``"dollar"`` (per USD of devices).
     A mode that no candidate can run within the SLOs returns ``Plan(feasible=False, reason=...)``,
@@ -473,7 +481,8 @@ def best_plan(mode, model, wl: Workload, slo: SLO, hardware: dict, *, budget: in
     _check_hardware(hardware, mode)
     s = model if isinstance(model, costs.Shape) else costs.shape(model)
     if enforce_context and wl.input_tokens + wl.output_tokens > s.max_context:
-        return Plan(mode, False, f"{wl.input_tokens + wl.output_tokens:,.0f} tokens exceed {s.name}'s context "
+        return Plan(mode, False, f"{wl.input_tokens + wl.output_tokens:,.0f} tokens exceed {s.name}'s "
+                    "context "
                     f"window of {s.max_context:,.0f}")
     cands = _cands if _cands is not None else mode_candidates(mode, s, wl, hardware, budget=budget,
                                                                prec=prec, eff=eff, grid=grid)
@@ -484,7 +493,7 @@ def best_plan(mode, model, wl: Workload, slo: SLO, hardware: dict, *, budget: in
                 raise SearchError("objective 'dollar' needs a price for every device; "
                                   "data/hardware.csv or data/npu_design_points.csv lacks one")
     n_total = sum(len(c["rate"]) for c in cands)
-    best_idx, best_cost, why = [], [], []
+    best_idx, why = [], []
     for (unit, _), c in zip(MODE_UNITS[mode], cands):
         ok = c["feasible"] & np.isfinite(c[key])
         if not ok.any():
@@ -521,15 +530,44 @@ def best_plan(mode, model, wl: Workload, slo: SLO, hardware: dict, *, budget: in
         devs = sum(c["devices"][i] for i, (_, c) in zip(combo, per_unit))
         if devs > budget:
             continue
-        combos.append((sum(c[key][i] for i, (_, c) in zip(combo, per_unit)), combo))
+        if whole_instances:
+            cost, counts = whole_instance_cost([(c["devices"][i], c[key][i] * c["rate"][i], c["rate"][i])
+                                                for i, (_, c) in zip(combo, per_unit)], budget)
+            combos.append((cost, combo, counts))
+        else:
+            combos.append((sum(c[key][i] for i, (_, c) in zip(combo, per_unit)), combo, None))
     if not combos:
-        return Plan(mode, False, f"the units' smallest feasible instances need more than {budget} devices together",
+        return Plan(mode, False,
+                    f"the units' smallest feasible instances need more than {budget} devices together",
                     candidates=n_total)
     combos.sort(key=lambda x: x[0])
     if _top:
-        return [_assemble(mode, combo, per_unit, wl, n_total, grid.limited(budget), budget)
-                for _, combo in combos[:_top]]
-    return _assemble(mode, combos[0][1], per_unit, wl, n_total, grid.limited(budget), budget)
+        return [_assemble(mode, combo, per_unit, wl, n_total, grid.limited(budget), budget, counts)
+                for _, combo, counts in combos[:_top]]
+    _, combo, counts = combos[0]
+    return _assemble(mode, combo, per_unit, wl, n_total, grid.limited(budget), budget, counts)
+
+
+def whole_instance_cost(units, budget):
+    """Cost per request of whole instances within ``budget`` devices: ``units`` gives per unit
+    ``(devices per instance, cost per instance, requests/s per instance)`` (cost in devices or USD);
+    with ``n_u`` instances the deployment serves ``min_u(n_u * rate_u)`` requests/s at a cost of
+    ``sum_u n_u * cost_u``. Returns the least cost per request/s and the counts. One unit: one
+    instance (the cost per request does not depend on how many). Two units: every count of the first
+    that fits, and the two counts of the second nearest to rate matching."""
+    if len(units) == 1:
+        d, c, r = units[0]
+        return c / r, (1,)
+    (d1, c1, r1), (d2, c2, r2) = units
+    best = (math.inf, None)
+    for n1 in range(1, int((budget - d2) // d1) + 1):
+        cap2 = int((budget - n1 * d1) // d2)
+        want = n1 * r1 / r2
+        for n2 in {max(1, min(cap2, math.floor(want))), max(1, min(cap2, math.ceil(want)))}:
+            cost = (n1 * c1 + n2 * c2) / min(n1 * r1, n2 * r2)
+            if cost < best[0]:
+                best = (cost, (n1, n2))
+    return best
 
 
 def top_plans(mode, model, wl: Workload, slo: SLO, hardware: dict, k: int = 5, **kw) -> list:
@@ -540,8 +578,8 @@ def top_plans(mode, model, wl: Workload, slo: SLO, hardware: dict, k: int = 5, *
     return out if isinstance(out, list) else [out]
 
 
-EDGE_AXES = {"size": "sizes", "n_a": "sizes", "n_f": "sizes", "tp": "tps", "batch": "batches", "chunk": "chunks",
-             "pbatch": "prefill_batches", "m": "microbatches", "ovl": "overlaps"}
+EDGE_AXES = {"size": "sizes", "n_a": "sizes", "n_f": "sizes", "tp": "tps", "batch": "batches",
+             "chunk": "chunks", "pbatch": "prefill_batches", "m": "microbatches", "ovl": "overlaps"}
 
 
 def grid_edges(units, grid: Grid, budget: int) -> list:
@@ -559,7 +597,7 @@ def grid_edges(units, grid: Grid, budget: int) -> list:
     return out
 
 
-def _assemble(mode, combo, per_unit, wl, n_total, grid=None, budget=None) -> Plan:
+def _assemble(mode, combo, per_unit, wl, n_total, grid=None, budget=None, counts=None) -> Plan:
     units, dev_cost, usd_cost, ttft, tpot = [], 0.0, 0.0, 0.0, 0.0
     for (unit, roles), i, (_, c) in zip(MODE_UNITS[mode], combo, per_unit):
         u = _pick(c, i)
@@ -569,8 +607,17 @@ def _assemble(mode, combo, per_unit, wl, n_total, grid=None, budget=None) -> Pla
         ttft = u.get("ttft", ttft) if "ttft" in u else ttft
         tpot = u.get("tpot", tpot) if "tpot" in u else tpot
         units.append(u)
-    for u in units:
-        u["device_share"] = u["dev_per_rate"] / dev_cost
+    if counts is not None:  # whole instances: the slowest pool sets the rate of the deployment
+        rate = min(n * u["rate"] for n, u in zip(counts, units))
+        devs = sum(n * u["devices"] for n, u in zip(counts, units))
+        dev_cost = devs / rate
+        usd_cost = sum(n * u["dollars"] for n, u in zip(counts, units)) / rate
+        for n, u in zip(counts, units):
+            u["instances"] = n
+            u["device_share"] = n * u["devices"] / devs
+    else:
+        for u in units:
+            u["device_share"] = u["dev_per_rate"] / dev_cost
     O = float(wl.output_tokens)
     edges = grid_edges(units, grid, budget) if grid is not None else []
     return Plan(mode, True, "", O / dev_cost, O / usd_cost * 1e3, ttft, tpot, units, n_total, edges,
@@ -605,7 +652,8 @@ def best_plans(model, wl, slo, hardware, modes=MODES, **kw) -> dict:
         cands = None
         if not (kw.get("enforce_context", True) and wl.input_tokens + wl.output_tokens > s.max_context):
             _check_hardware(hardware, m)
-            cands = mode_candidates(m, s, wl, hardware, budget=kw.get("budget", 64), prec=kw.get("prec", Precision()),
+            cands = mode_candidates(m, s, wl, hardware, budget=kw.get("budget", 64),
+                                    prec=kw.get("prec", Precision()),
                                     eff=kw.get("eff", Efficiency()), grid=kw.get("grid", Grid()), _memo=memo)
         out[m] = best_plan(m, model, wl, slo, hardware, _cands=cands, **kw)
     return out
@@ -614,7 +662,6 @@ def best_plans(model, wl, slo, hardware, modes=MODES, **kw) -> dict:
 def pareto(mode, model, wl, ttft_s, tpot_grid, hardware, **kw):
     """Best tokens/s per device of ``mode`` at each TPOT SLO of ``tpot_grid`` (TTFT SLO fixed):
     the Pareto front of throughput per device against TPOT. NaN where no plan meets the SLO."""
-    kw2 = {k: v for k, v in kw.items() if k in ("budget", "prec", "eff", "grid")}
     cands = mode_candidates(mode, model, wl, hardware, budget=kw.get("budget", 64),
                             prec=kw.get("prec", Precision()), eff=kw.get("eff", Efficiency()),
                             grid=kw.get("grid", Grid()))

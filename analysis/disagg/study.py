@@ -4,15 +4,16 @@ the Mooncake-trace workload and the validation against measured runs."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace as _dc_replace
 
 import numpy as np
 import pandas as pd
 
-from .. import specs
 from .. import forward as costs
-from . import devices, search as S, validate as V
+from .. import specs
 from ..forward import Efficiency, Precision
+from . import devices
+from . import search as S
+from . import validate as V
 
 PAPER_MODELS = ["Llama-3.1-405B", "Qwen3-235B-A22B", "GLM-4.6", "DeepSeek-V3", "Llama-4-Scout",
                 "Llama-4-Maverick", "gpt-oss-120b"]
@@ -72,35 +73,39 @@ def attention_share(model, input_tokens, output_tokens, device="H100-SXM5-80GB",
 
 
 def _plan_row(p: S.Plan):
-    units = [{k: v for k, v in u.items() if k in ("unit", "size", "tp", "n_a", "n_f", "batch", "pbatch", "chunk",
-                                                   "m", "ovl", "rho", "hw", "hw_a", "hw_f", "device_share", "devices")}
-             for u in p.units]
+    keep = ("unit", "size", "tp", "n_a", "n_f", "batch", "pbatch", "chunk", "m", "ovl", "rho", "hw", "hw_a",
+            "hw_f", "device_share", "devices", "instances")
+    units = [{k: v for k, v in u.items() if k in keep} for u in p.units]
     return {"feasible": p.feasible, "reason": p.reason, "tps_device": p.tokens_per_s_per_device,
             "tps_kusd": p.tokens_per_s_per_kusd, "ttft_s": p.ttft_s, "tpot_s": p.tpot_s,
             "units": json.dumps(units, default=float), "candidates": p.candidates, "edges": ",".join(p.edges)}
 
 
 def run_cell(model, hw_name, hardware, wl, slo, *, budget, precision, objective, grid, enforce_context,
-             eff=Efficiency(), price_models=None):
+             eff=Efficiency(), price_models=None, whole=()):
     """Best plan of every mode for one model, hardware set and workload (rows of the sweep).
     ``price_models``: optional ``{hardware-set name: {device: USD}}``; the candidates are priced once
-    and re-priced per model (:func:`.search.reprice`), one set of rows per name (objective dollar)."""
+    and re-priced per model (:func:`.search.reprice`), one set of rows per name (objective dollar);
+    names in ``whole`` are searched with whole instances instead of rate-matched pools."""
     rows = []
     name = model if isinstance(model, str) else model.name
-    kw = dict(budget=budget, prec=Precision.named(precision), eff=eff, grid=grid, enforce_context=enforce_context)
+    kw = dict(budget=budget, prec=Precision.named(precision), eff=eff, grid=grid,
+              enforce_context=enforce_context)
     if price_models:
         s = costs.shape(model)
         memo, cands = {}, {}
         if not (enforce_context and wl.input_tokens + wl.output_tokens > s.max_context):
             for mode in S.MODES:
-                cands[mode] = S.mode_candidates(mode, s, wl, hardware, budget=budget, prec=kw["prec"], eff=eff,
-                                                grid=grid, _memo=memo)
+                cands[mode] = S.mode_candidates(mode, s, wl, hardware, budget=budget, prec=kw["prec"],
+                                                eff=eff, grid=grid, _memo=memo)
         for set_name, prices in price_models.items():
             for mode in S.MODES:
                 cc = [S.reprice(c, prices) for c in cands[mode]] if mode in cands else None
-                p = S.best_plan(mode, s, wl, slo, hardware, objective="dollar", _cands=cc, **kw)
+                p = S.best_plan(mode, s, wl, slo, hardware, objective="dollar", _cands=cc,
+                                whole_instances=set_name in whole, **kw)
                 rows.append({"model": name, "hardware": set_name, "input_tokens": wl.input_tokens,
-                             "output_tokens": wl.output_tokens, "mode": mode, "objective": "dollar", **_plan_row(p)})
+                             "output_tokens": wl.output_tokens, "mode": mode, "objective": "dollar",
+                             **_plan_row(p)})
         return rows
     plans = S.best_plans(model, wl, slo, hardware, objective=objective, **kw)
     for mode, p in plans.items():
@@ -112,12 +117,15 @@ def run_cell(model, hw_name, hardware, wl, slo, *, budget, precision, objective,
 NPU_SET = "NPU design points"
 PRICE_SET_NAMES = {"linear": NPU_SET, "power-law": f"{NPU_SET} (power-law prices)",
                    "gpu-fit": f"{NPU_SET} (GPU-fit prices)"}
+WHOLE_SET = f"{NPU_SET} (whole instances)"  # listed prices, whole instances within the budget
 
 
 def npu_price_models(npu_points) -> dict:
     """Hardware-set name -> prices of the NPU design points under each price model."""
-    return {PRICE_SET_NAMES[m]: {k: v for k, v in devices.npu_prices(m).items() if k in npu_points}
-            for m in devices.PRICE_MODELS}
+    out = {PRICE_SET_NAMES[m]: {k: v for k, v in devices.npu_prices(m).items() if k in npu_points}
+           for m in devices.PRICE_MODELS}
+    out[WHOLE_SET] = out[NPU_SET]
+    return out
 
 
 def ratio_sweep(models, gpus, npu_points, ratios, output_tokens, *, ttft_slo_s, ttft_slo_s_per_1k_input,
@@ -135,9 +143,11 @@ def ratio_sweep(models, gpus, npu_points, ratios, output_tokens, *, ttft_slo_s, 
                 wl = S.Workload(max(1.0, round(r * output_tokens)), output_tokens)
                 slo = slo_for(wl.input_tokens, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s)
                 tasks.append(((model, hw_name, hw, wl, slo),
-                              dict(budget=budget, precision=precision, objective="dollar" if npu else "device",
-                                   grid=grid, enforce_context=enforce_context,
-                                   price_models=npu_price_models(npu_points) if npu else None), r))
+                              dict(budget=budget, precision=precision,
+                                   objective="dollar" if npu else "device", grid=grid,
+                                   enforce_context=enforce_context,
+                                   price_models=npu_price_models(npu_points) if npu else None,
+                                   whole=(WHOLE_SET,)), r))
     rows = []
     for (args, kw, r), cell in zip(tasks, parallel_map(run_cell_task, [(a, k) for a, k, _ in tasks], jobs)):
         for row in cell:
@@ -187,7 +197,8 @@ def ablation(base_model, ratios, output_tokens, *, gpu, ttft_slo_s, ttft_slo_s_p
     for kvh in sorted({1, 4, 16, m.n_kv_heads, m.n_heads}):
         if m.n_heads % kvh == 0 and m.attention != "mla":
             att = "mha" if kvh == m.n_heads else "gqa"
-            variants.append(("KV heads", kvh, m.replace(name=f"{m.name} kv={kvh}", n_kv_heads=kvh, attention=att)))
+            variants.append(("KV heads", kvh, m.replace(name=f"{m.name} kv={kvh}", n_kv_heads=kvh,
+                                                        attention=att)))
     rows = []
     hw = S.default_hardware(gpu)
     for axis, val, spec in variants:
@@ -195,8 +206,8 @@ def ablation(base_model, ratios, output_tokens, *, gpu, ttft_slo_s, ttft_slo_s_p
             wl = S.Workload(max(1.0, round(r * output_tokens)), output_tokens)
             slo = slo_for(wl.input_tokens, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s)
             share = attention_share(spec, wl.input_tokens, wl.output_tokens, gpu, precision)
-            for row in run_cell(spec, gpu, hw, wl, slo, budget=budget, precision=precision, objective="device",
-                                grid=gpu_grid(af_over_scaleup), enforce_context=False):
+            for row in run_cell(spec, gpu, hw, wl, slo, budget=budget, precision=precision,
+                                objective="device", grid=gpu_grid(af_over_scaleup), enforce_context=False):
                 row.update(axis=axis, value=val, ratio=r, attention_share=share)
                 rows.append(row)
     return add_speedup(pd.DataFrame(rows), ["model", "ratio"])
@@ -247,8 +258,9 @@ def production_cells(device="H800-SXM5-80GB", budget=128) -> pd.DataFrame:
     """The validation cells against StepFun's Step-3 report (see :mod:`.production`): simulated
     decode tokens/s per GPU of Step-3 with AFD and with plain EP decode, and of DeepSeek-V3 with EP
     decode, next to the published figures, with the error and a verdict."""
-    from . import production as P, verdicts as VD
     from .. import data
+    from . import production as P
+    from . import verdicts as VD
 
     rows = []
     for model, mode, key in [("Step-3", "AFD", "stepfun_step3_afd_tps_per_gpu"),
@@ -293,8 +305,8 @@ def tail_rerank(model, gpu, *, k, load, ttft_slo_s, ttft_slo_s_per_1k_input, tpo
                             grid=gpu_grid(af_over_scaleup)):
             p = r.pop("plan")
             rows.append({"mode": mode, **{k_: v for k_, v in r.items() if k_ != "instances"},
-                         "instances": json.dumps(r.get("instances", {})), "ttft_s": p.ttft_s, "tpot_s": p.tpot_s,
-                         "ttft_slo_s": slo.ttft_s, "tpot_slo_s": slo.tpot_s})
+                         "instances": json.dumps(r.get("instances", {})), "ttft_s": p.ttft_s,
+                         "tpot_s": p.tpot_s, "ttft_slo_s": slo.ttft_s, "tpot_slo_s": slo.tpot_s})
     return pd.DataFrame(rows)
 
 
