@@ -254,10 +254,13 @@ def mooncake_cells(workload, models, gpus, npu_points, role_hardware, *, ttft_sl
     return add_speedup(pd.DataFrame([row for cell in cells for row in cell]), ["model", "hardware"])
 
 
-def production_cells(device="H800-SXM5-80GB", budget=128) -> pd.DataFrame:
+def production_cells(device="H800-SXM5-80GB", budget=128,
+                     eff_calibrated: Efficiency | None = None) -> pd.DataFrame:
     """The validation cells against StepFun's Step-3 report (see :mod:`.production`): simulated
     decode tokens/s per GPU of Step-3 with AFD and with plain EP decode, and of DeepSeek-V3 with EP
-    decode, next to the published figures, with the error and a verdict."""
+    decode, next to the published figures. With ``eff_calibrated`` each cell is computed with the
+    stated default efficiencies (``raw``) and the calibrated ones side by side; the error and the
+    verdict use the calibrated figure (the raw one otherwise)."""
     from .. import data
     from . import production as P
     from . import verdicts as VD
@@ -266,15 +269,25 @@ def production_cells(device="H800-SXM5-80GB", budget=128) -> pd.DataFrame:
     for model, mode, key in [("Step-3", "AFD", "stepfun_step3_afd_tps_per_gpu"),
                              ("DeepSeek-V3", "D", "stepfun_dsv3_tps_per_gpu"),
                              ("Step-3", "D", None)]:
-        r = P.decode_throughput(model, device, mode, budget=budget)
+        raw = P.decode_throughput(model, device, mode, budget=budget)
+        r = (P.decode_throughput(model, device, mode, budget=budget, eff=eff_calibrated) if eff_calibrated
+             else raw)
         pub = data.published(key)["value"] if key else float("nan")
         sim = r["tokens_per_s_per_device"]
-        rows.append({"model": model, "mode": mode, "simulated": sim, "published": pub,
-                     "error": sim / pub - 1 if key else float("nan"),
+        rows.append({"model": model, "mode": mode, "raw": raw["tokens_per_s_per_device"], "simulated": sim,
+                     "published": pub, "error": sim / pub - 1 if key else float("nan"),
                      "verdict": VD.verdict_validation(sim, pub) if key else "",
                      "tpot_ms": r["tpot_s"] * 1e3, "config": json.dumps(r["config"], default=float),
                      "grid_edge": r.get("grid_edge", False)})
     return pd.DataFrame(rows)
+
+
+def calibrated_efficiency(cal, system="h100_sxm", backend="trtllm") -> Efficiency:
+    """The stated efficiencies with one GPU's fitted compute and bandwidth efficiency and one backend's
+    fitted step and per-layer overheads (:class:`.validate.Calibration`)."""
+    return Efficiency().replace(compute=float(cal.compute[system]), bandwidth=float(cal.bandwidth[system]),
+                                step_overhead_s=float(cal.step_overhead_s[backend]),
+                                layer_overhead_s=float(cal.layer_overhead_s[backend]))
 
 
 def validation(max_nfev=40):
