@@ -173,7 +173,8 @@ def experts_touched(tokens, n_experts: int, k_active: int):
 
 
 def attention_block(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, tokens, seqs, kv_tokens,
-                    pairs_full, pairs_slide, tp, dp, attn_peak=None, dec_pairs_full=None, dec_pairs_slide=None):
+                    pairs_full, pairs_slide, tp, dp, attn_peak=None, dec_pairs_full=None,
+                    dec_pairs_slide=None):
     """Time of all attention blocks (all layers) on one device of an instance, per forward pass.
 
     ``tokens``: new tokens in the pass (whole instance); ``seqs``: sequences in the pass;
@@ -198,7 +199,8 @@ def attention_block(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, tok
         core_f = pairs_full / dp * pf / tp
         slide_f = pairs_slide / dp * pf / tp
     else:
-        core_f = ((pairs_full - dec_pairs_full) * s.pair_flops_prefill + dec_pairs_full * s.pair_flops_decode) / dp / tp
+        core_f = ((pairs_full - dec_pairs_full) * s.pair_flops_prefill
+                  + dec_pairs_full * s.pair_flops_decode) / dp / tp
         dps = 0.0 if dec_pairs_slide is None else dec_pairs_slide
         slide_f = ((pairs_slide - dps) * s.pair_flops_prefill + dps * s.pair_flops_decode) / dp / tp
     # full-attention core
@@ -223,11 +225,14 @@ def ffn_block(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, tokens, n
     Per dense layer and device: FLOPs ``2 T P / n`` for ``T`` tokens and ``P`` FFN parameters;
     bytes ``P w / n`` of weights plus ``2 T h a`` of activations (a tensor-split FFN reads every
     token's input row and writes a partial output row of width ``h`` on every device; the
-    intermediate stays on chip). Per MoE layer and device: expert FLOPs
-    ``2 T (k + s) P_e / n`` times the imbalance factor; router FLOPs ``2 T h E / n`` (each device
-    routes its share of the tokens); bytes of the ``u`` touched experts' weights ``u P_e w / n``, the
-    router's ``h E`` weights read once, and activations ``2 T (k + 1) h a / n`` (each token's row
-    read and written once per routed expert and once more for the router and shared path)."""
+    intermediate stays on chip). Per MoE layer, on the device holding the most routed experts,
+    ``e = ceil(E / n)`` (:func:`experts_per_device`): routed FLOPs ``2 T k P_e e / E`` times the
+    imbalance factor (its experts' share of the ``T k`` routed tokens); shared-expert FLOPs
+    ``2 T s P_e / n`` (shared experts are replicated; each device runs its own tokens); router FLOPs
+    ``2 T h E / n``; bytes of its touched experts ``e (1 - (1 - k/E)^T) P_e w``, of the ``s``
+    replicated shared experts ``s P_e w``, of the router's ``h E`` weights read once, and activations
+    ``2 T (k + 1) h a / n`` (each token's row read and written once per routed expert and once more
+    for the router and shared path). With ``n = 1`` the touched experts are ``E (1 - (1 - k/E)^T)``."""
     wb, ab = prec.weight_bytes, prec.act_bytes
     t = 0.0
     if s.n_dense:
@@ -235,14 +240,23 @@ def ffn_block(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, tokens, n
         b = s.dense_params * wb / n + tokens * s.h * ab * 2.0
         t = t + s.n_dense * _rf(f, b, peak, bw, eff)
     if s.n_moe:
-        u = experts_touched(tokens, s.n_experts, s.k_active) + s.n_shared
-        f = (2.0 * tokens * (s.k_active + s.n_shared) * s.expert_params / n * eff.moe_imbalance
-             + 2.0 * tokens * s.h * s.n_experts / n)  # router GEMM
-        b = (u * s.expert_params * wb / n
-             + s.h * s.n_experts * wb  # router weights, read once
-             + tokens * (s.k_active + 1) * s.h * ab * 2.0 / n)
+        E, k = s.n_experts, s.k_active
+        e_dev = experts_per_device(s, n)  # the device holding the most routed experts
+        touched = e_dev * (1.0 - (1.0 - k / E) ** np.asarray(tokens, dtype=float))
+        f = (2.0 * tokens * k * s.expert_params * e_dev / E * eff.moe_imbalance  # routed experts
+             + 2.0 * tokens * s.n_shared * s.expert_params / n                   # shared: own tokens
+             + 2.0 * tokens * s.h * E / n)                                       # router GEMM
+        b = ((touched + s.n_shared) * s.expert_params * wb  # touched routed + replicated shared experts
+             + s.h * E * wb                                 # router weights, read once
+             + tokens * (k + 1) * s.h * ab * 2.0 / n)
         t = t + s.n_moe * _rf(f, b, peak, bw, eff)
     return t
+
+
+def experts_per_device(s: Shape, n):
+    """Routed experts on the busiest of ``n`` devices: ``ceil(E / n)`` (with ``n > E`` one expert per
+    device; with ``E`` not a multiple of ``n`` some devices hold one more)."""
+    return np.ceil(s.n_experts / np.maximum(np.asarray(n, dtype=float), 1.0))
 
 
 def head_time(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, seqs, tokens, n):
@@ -281,7 +295,8 @@ def comm_time(s: Shape, prec: Precision, eff: Efficiency, link, *, tokens, tp, d
     t = 2.0 * s.n_layers * ar
     if s.n_moe:
         out = 2.0 * tok * distinct_destinations(s, n) * s.h * ab * (n - 1) / n
-        a2a = np.where(n > 1, hierarchical_time(out, n, link, net, domain, eff) + 2 * eff.collective_latency_s, 0.0)
+        a2a = hierarchical_time(out, n, link, net, domain, eff) + 2 * eff.collective_latency_s
+        a2a = np.where(n > 1, a2a, 0.0)
         t = t + s.n_moe * a2a
     else:
         # dense FFN split over all n devices with attention DP: gather/scatter around the FFN
@@ -329,8 +344,8 @@ def forward_parts(s: Shape, prec: Precision, eff: Efficiency, dev_attn: dict, de
     p = pass_inputs(s, **pass_kw)
     ta = attention_block(s, prec, eff, dev_attn["flops"], dev_attn["bw"], tokens=p["tokens"], seqs=p["seqs"],
                          kv_tokens=p["kv_tokens"], pairs_full=p["pairs_full"], pairs_slide=p["pairs_slide"],
-                         tp=tp, dp=dp, attn_peak=dev_attn.get("attn_flops"), dec_pairs_full=p["dec_pairs_full"],
-                         dec_pairs_slide=p["dec_pairs_slide"])
+                         tp=tp, dp=dp, attn_peak=dev_attn.get("attn_flops"),
+                         dec_pairs_full=p["dec_pairs_full"], dec_pairs_slide=p["dec_pairs_slide"])
     ta = ta + head_time(s, prec, eff, dev_attn["flops"], dev_attn["bw"], seqs=p["seqs"], tokens=p["tokens"], n=tp * dp)
     tf = ffn_block(s, prec, eff, dev_ffn["flops"], dev_ffn["bw"], tokens=p["tokens"], n=n_ffn)
     return ta, tf, p
@@ -353,8 +368,8 @@ def colocated_pass_time(s: Shape, prec: Precision, eff: Efficiency, dev: dict, *
                    for k, v in pass_kw.items()}
     ta, tf, p = forward_parts(s, prec, eff, dev, dev, tp=tp, dp=dp, n_ffn=tp * dp, **pass_kw)
     cp = np.where(np.asarray(pass_kw.get("pre_seqs", 0.0)) < dp, p["cp_tokens"], 0.0)
-    tc = comm_time(s, prec, eff, dev["link"], tokens=p["tokens"], tp=tp, dp=dp, cp_tokens=cp, net=dev.get("net"),
-                   domain=dev.get("domain", np.inf))
+    tc = comm_time(s, prec, eff, dev["link"], tokens=p["tokens"], tp=tp, dp=dp, cp_tokens=cp,
+                   net=dev.get("net"), domain=dev.get("domain", np.inf))
     c = ta + tf
     return overlap_time(c, tc, m) + eff.step_overhead_s + s.n_layers * eff.layer_overhead_s
 
@@ -399,10 +414,13 @@ def af_hop_time(s: Shape, prec: Precision, eff: Efficiency, net, *, tokens, n_at
 
 
 def weight_bytes_per_device(s: Shape, prec: Precision, *, tp, n, part="all"):
-    """Weight bytes on each device: attention weights split ``tp`` ways (replicated over DP), FFN
-    and embeddings split over the ``n`` devices."""
+    """Weight bytes on each device: attention weights split ``tp`` ways (replicated over DP),
+    embeddings and dense FFNs split over the ``n`` devices; MoE layers hold ``ceil(E / n)`` routed
+    experts on the fullest device, every shared expert and the router."""
     a = (s.attn_weights) * prec.weight_bytes / tp + (s.embed_params + s.lm_head_params) * prec.weight_bytes / n
-    f = s.ffn_weights * prec.weight_bytes / n
+    moe = (s.n_moe * ((experts_per_device(s, n) + s.n_shared) * s.expert_params + s.h * s.n_experts)
+           if s.n_moe else 0.0)
+    f = (s.n_dense * s.dense_params / n + moe) * prec.weight_bytes
     return {"all": a + f, "attn": a, "ffn": f}[part]
 
 

@@ -57,9 +57,11 @@ def pass_time(s, prec, eff, dev, *, tp, dp, B=0, ctx=0, P=0, L=0, X=0):
         total += _op(2 * T * s.dense_params / n, s.dense_params * wb / n + 2 * T * s.h * ab, peak, bw, eff)
     for _ in range(s.n_moe):
         E, k = s.n_experts, s.k_active
-        touched = E * (1 - (1 - k / E) ** T) + s.n_shared
-        f = 2 * T * (k + s.n_shared) * s.expert_params / n * eff.moe_imbalance + 2 * T * s.h * E / n
-        b = touched * s.expert_params * wb / n + s.h * E * wb + T * (k + 1) * s.h * ab * 2 / n
+        mine = math.ceil(E / n)  # routed experts on the fullest device
+        touched = mine * (1 - (1 - k / E) ** T)
+        f = (2 * T * k * s.expert_params * mine / E * eff.moe_imbalance + 2 * T * s.n_shared * s.expert_params / n
+             + 2 * T * s.h * E / n)
+        b = (touched + s.n_shared) * s.expert_params * wb + s.h * E * wb + T * (k + 1) * s.h * ab * 2 / n
         total += _op(f, b, peak, bw, eff)
     # LM head and embedding gather
     total += _op(2 * seqs * s.vocab * s.h / n, s.vocab * s.h * wb / n + T * s.h * ab, peak, bw, eff)

@@ -290,3 +290,20 @@ def test_whole_instances_cost_and_never_beat_rate_matching():
         assert used <= 16
         rate = min(u["instances"] * u["rate"] for u in whole.units)
         assert whole.tokens_per_s_per_device == pytest.approx(300 * rate / used)
+
+
+@pytest.mark.parametrize("n, e_dev", [(1, 48), (16, 3), (32, 2), (64, 1)])
+def test_moe_expert_placement_closed_form(n, e_dev):
+    """Step-3 (48 routed experts, top-3, one shared): the busiest of n devices holds ceil(48 / n)
+    experts and all of the replicated shared expert; 48 / 32 leaves some devices with two."""
+    s = F.shape("Step-3")
+    assert (s.n_experts, s.k_active, s.n_shared, s.n_moe) == (48, 3, 1, 56)
+    assert float(F.experts_per_device(s, n)) == e_dev
+    prec, eff = Precision.named("fp8"), Efficiency(moe_imbalance=1.0)
+    T, Pe, h = 4096.0, s.expert_params, 7168
+    compute_only = F.ffn_block(s, prec, eff, 1e15, 1e30, tokens=T, n=float(n))  # bandwidth unlimited
+    dense = 5 * 2 * T * s.dense_params / n / (1e15 * 0.6)
+    moe = 56 * (2 * T * 3 * Pe * e_dev / 48 + 2 * T * 1 * Pe / n + 2 * T * h * 48 / n) / (1e15 * 0.6)
+    assert float(compute_only) == pytest.approx(dense + moe, rel=1e-12)
+    w = F.weight_bytes_per_device(s, prec, tp=1, n=float(n), part="ffn")
+    assert float(w) == pytest.approx(5 * s.dense_params / n + 56 * ((e_dev + 1) * Pe + h * 48))
