@@ -70,7 +70,7 @@ def test_pd_with_free_transfer_and_identical_pools_never_worse_than_colocated():
     grants colocation alone: in a mixed pass the decode tokens' weight reads hide under the
     compute-bound prefill chunk (SARATHI-style piggybacking). That gain is at most a few per cent of a
     pass here; the tolerance is 5% (the MoE model's decode step is dominated by expert-weight reads,
-    which a mixed pass hides: 4.3% once the router is priced as h x E weights, not per token)."""
+    which a mixed pass hides; about 4% once the router is priced as h x E weights, not per token)."""
     eff = Efficiency(step_overhead_s=0.0, layer_overhead_s=0.0, collective_latency_s=0.0)
     free = {**devices.device(H100), "net": 1e30}
     hw = S.default_hardware([free])

@@ -235,16 +235,22 @@ def mooncake_workload():
             "requests": int(t.n_requests), "input_p90": float(np.percentile(t.input_tokens, 90))}
 
 
+GPU_MIX = "GPUs mixed per role (per dollar)"
+
+
 def mooncake_cells(workload, models, gpus, npu_points, role_hardware, *, ttft_slo_s, ttft_slo_s_per_1k_input,
                    tpot_slo_s, budget, precision, af_over_scaleup, enforce_context, jobs=2) -> pd.DataFrame:
     """Best plan of every mode at the Mooncake trace's mean lengths (``workload``: dict with
-    ``input_tokens`` and ``output_tokens``), for every model x hardware set, with speedups."""
+    ``input_tokens`` and ``output_tokens``), for every model x hardware set, with speedups; with two
+    GPUs or more also heterogeneous pairs (every role picks its GPU, per dollar, :data:`GPU_MIX`)."""
     sets = hardware_sets(gpus, npu_points, role_hardware or None)
+    if len(gpus) > 1:  # heterogeneous pairs: each role picks its GPU, compared per dollar
+        sets[GPU_MIX] = S.default_hardware(list(gpus))
     wl = S.Workload(round(workload["input_tokens"]), round(workload["output_tokens"]))
     slo = slo_for(wl.input_tokens, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s)
     tasks = []
     for hw_name, hw in sets.items():
-        npu = hw_name == "NPU design points"
+        npu = hw_name in ("NPU design points", GPU_MIX)
         grid = npu_grid(af_over_scaleup) if npu else gpu_grid(af_over_scaleup)
         for m in models:
             tasks.append(((m, hw_name, hw, wl, slo),
