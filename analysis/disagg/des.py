@@ -26,6 +26,7 @@ decode step is priced at the running batch's mean context; memory is the plan's 
 from __future__ import annotations
 
 import bisect
+import functools
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -105,11 +106,28 @@ def _ctx_grid(lo, hi):
     return np.geomspace(lo, max(hi, 2.0 * lo), 24)
 
 
+class _ByBatch:
+    """Decode step time for every whole batch size 0..bmax (a row each), linear in the context."""
+
+    def __init__(self, run, bmax, ctx_lo, ctx_hi):
+        B = np.arange(0, int(bmax) + 1, dtype=float)
+        self.c = [float(x) for x in _ctx_grid(ctx_lo, ctx_hi)]
+        v = run(dec_seqs=np.maximum(B, 1.0)[:, None], dec_ctx=np.asarray(self.c)[None, :])
+        self.rows = np.broadcast_to(v, (len(B), len(self.c))).tolist()
+        self.last = len(self.c) - 2
+
+    def __call__(self, b, ctx):
+        c = self.c
+        j = bisect.bisect_right(c, ctx) - 1
+        j = 0 if j < 0 else (self.last if j > self.last else j)
+        t = (ctx - c[j]) / (c[j + 1] - c[j])
+        t = 0.0 if t < 0 else (1.0 if t > 1 else t)
+        r = self.rows[b]
+        return r[j] + t * (r[j + 1] - r[j])
+
+
 def _decode_table(run, bmax, ctx_lo, ctx_hi):
-    B = np.unique(np.r_[1.0, np.round(np.geomspace(1, max(bmax, 2), 48)), bmax]).astype(float)
-    C = _ctx_grid(ctx_lo, ctx_hi)
-    v = run(dec_seqs=B[:, None], dec_ctx=C[None, :])
-    return _Table(B, C, np.broadcast_to(v, (len(B), len(C))).copy())
+    return _ByBatch(run, bmax, ctx_lo, ctx_hi)
 
 
 def _prefill_table(run, bmax, L_lo, L_hi, prefix):
@@ -199,9 +217,9 @@ def simulate(plan: S.Plan, model, wl: S.Workload, *, budget: int, rate: float | 
                 base = run(dec_seqs=float(self.cap), dec_ctx=ctx_mid)
                 inc = run(dec_seqs=float(self.cap), dec_ctx=ctx_mid, pre_seqs=1.0,
                           pre_len=np.maximum(ks, 1.0), pre_prefix=mean_hit + float(np.mean(I)) / 2) - base
-                self.t_chunk = _Table(ks, v=np.where(ks > 0, inc, 0.0))
+                self.t_chunk = functools.lru_cache(maxsize=4096)(_Table(ks, v=np.where(ks > 0, inc, 0.0)))
                 solo = run(pre_seqs=1.0, pre_len=np.maximum(ks, 1.0), pre_prefix=mean_hit)
-                self.t_solo = _Table(ks, v=np.where(ks > 0, solo, 0.0))
+                self.t_solo = functools.lru_cache(maxsize=4096)(_Table(ks, v=np.where(ks > 0, solo, 0.0)))
             self.n = 0              # running sequences
             self.it = 0             # iterations done
             self.finish = {}        # iteration -> requests that emit their last token in it
