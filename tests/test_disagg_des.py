@@ -102,3 +102,20 @@ def test_reranked_best_takes_only_plans_meeting_the_tail():
     assert b.loc["C", "simulated"] == 7.0 and b.loc["PD", "simulated"] == 12.0
     assert np.isnan(b.loc["AF", "simulated"])
     assert b.loc["PD", "simulated_speedup"] == pytest.approx(12 / 7) and b.loc["PD", "screen_speedup"] == 2.0
+
+
+def test_colocated_without_chunked_prefill_stalls_decoding():
+    """Without chunked prefill every prompt's prefill pauses the decode batch: TPOT's tail grows and
+    the first token of a lone request is one whole-prompt pass."""
+    wl = S.Workload.from_lengths(np.full(400, 6000.0), np.full(400, 200.0))
+    g = S.Grid(sizes=(1,), tps=(1,), batches=(64,), chunks=(2048,))
+    p = S.best_plan("C", MODEL, wl, S.SLO(1e6, 1e6), S.default_hardware(H100), budget=8, grid=g)
+    on = des.simulate(p, MODEL, wl, budget=8, load=0.7, seed=4, grid=g)
+    off = des.simulate(p, MODEL, wl, budget=8, load=0.7, seed=4, grid=g, chunked=False)
+    assert np.isfinite(off.tpot).all() and off.p90_tpot_s > on.p90_tpot_s
+    lone = des.simulate(p, MODEL, S.Workload(6000, 50), budget=8, rate=1e-3, n_requests=3, grid=g,
+                        chunked=False, trace_s=np.arange(3.0))
+    s, dev = F.shape(MODEL), devices.device(H100)
+    t = float(F.colocated_pass_time(s, Precision(), Efficiency(), dev, tp=1.0, dp=1.0, pre_seqs=1.0,
+                                    pre_len=6000.0))
+    assert lone.ttft == pytest.approx(np.full(3, t), rel=1e-9)

@@ -40,6 +40,7 @@ from . import devices as _devices
 from . import search as S
 
 PERCENTILE = 90.0
+MAX_PREFILL_PROMPTS = 64  # prompts in one whole-prompt prefill iteration (chunked=False)
 
 
 @dataclass
@@ -166,9 +167,13 @@ def arrivals(n, rate, *, trace_s=None, seed=0):
 def simulate(plan: S.Plan, model, wl: S.Workload, *, budget: int, rate: float | None = None,
              load: float = 0.9, n_requests: int | None = None, trace_s=None, seed: int = 0,
              slo: S.SLO | None = None, prec: Precision = Precision(), eff: Efficiency = Efficiency(),
-             grid: S.Grid = S.Grid(),
-             instances: dict | None = None) -> DESResult:
+             grid: S.Grid = S.Grid(), instances: dict | None = None, chunked: bool = True) -> DESResult:
     """Replay requests through whole instances of ``plan`` (see the module docstring).
+
+    ``chunked=False`` runs a colocated (C, AF) plan without chunked prefill, as vLLM did by default:
+    an iteration either prefills whole waiting prompts (FIFO, up to the plan's chunk size in tokens
+    but at least one prompt, at most :data:`MAX_PREFILL_PROMPTS`) while the decode batch waits, or
+    decodes.
 
     ``rate``: arrivals per second (default ``load`` times the capacity of the whole instances at the
     plan's design point); lengths from ``wl.lengths`` (per request, cycled) or the means;
@@ -205,10 +210,15 @@ def simulate(plan: S.Plan, model, wl: S.Workload, *, budget: int, rate: float | 
         sequence is a count and an entry in ``finish`` (the iteration it ends at), so one iteration is a
         table lookup and a dictionary pop."""
 
-        def __init__(self, u, chunk=None):
+        def __init__(self, u, chunk=None, whole=False):
             run, self.devices, _ = _runner(s, prec, eff, u, grid)
             self.cap = int(u["batch"])
             self.t_dec = _decode_table(run, self.cap, ctx_lo, ctx_hi)
+            self.whole = whole
+            if whole:  # prefill whole prompts, pausing the decode batch
+                self.tok_budget = float(chunk)
+                self.t_pre = _prefill_table(run, MAX_PREFILL_PROMPTS, L_lo, L_hi, mean_hit)
+                chunk = None
             self.chunk = chunk
             if chunk:
                 K = float(chunk)
@@ -252,7 +262,17 @@ def simulate(plan: S.Plan, model, wl: S.Workload, *, budget: int, rate: float | 
                     self.wake = env.event()
                     yield self.wake
                 k_tok, finished_prefill = 0.0, []
-                if self.chunk:
+                if self.whole and self.waiting and self.n < self.cap:
+                    tok = 0.0
+                    while (self.waiting and self.n + len(finished_prefill) < self.cap
+                           and len(finished_prefill) < MAX_PREFILL_PROMPTS
+                           and (not finished_prefill or tok + Il[self.waiting[0]] <= self.tok_budget)):
+                        r = self.waiting.popleft()
+                        tok += Il[r]
+                        finished_prefill.append(r)
+                    B = 0  # the decode batch waits for this prefill iteration
+                    dt = self.t_pre(len(finished_prefill), tok / len(finished_prefill))
+                elif self.chunk:
                     B = self.n
                     left_tok, slots = float(self.chunk), self.cap - B
                     for w in self.waiting:
@@ -274,15 +294,15 @@ def simulate(plan: S.Plan, model, wl: S.Workload, *, budget: int, rate: float | 
                         continue
                     dt = self.t_dec(B, self.ctx_sum / B)
                 yield env.timeout(dt)
-                self.it += 1
-                if B:
+                if B:  # every running sequence emitted a token
+                    self.it += 1
                     self.ctx_sum += B
                     for r in self.finish.pop(self.it, ()):
                         done[r] = env.now
                         self.n -= 1
                         self.ctx_sum -= Il[r] + Hl[r] + Ol[r]
                 if finished_prefill:
-                    while self.waiting and self.waiting[0][1] <= 0:
+                    while self.chunk and self.waiting and self.waiting[0][1] <= 0:
                         self.waiting.popleft()
                     for r in finished_prefill:  # the first token comes out of the prefill iteration
                         first[r] = env.now
@@ -326,7 +346,7 @@ def simulate(plan: S.Plan, model, wl: S.Workload, *, budget: int, rate: float | 
     names = list(units)
     if names[0] in ("C", "AF"):
         u = units[names[0]]
-        engines = [Decoder(u, chunk=u["chunk"]) for _ in range(counts[names[0]])]
+        engines = [Decoder(u, chunk=u["chunk"], whole=not chunked) for _ in range(counts[names[0]])]
 
         def route(r):
             min(engines, key=lambda e: e.load).submit(r)
@@ -362,7 +382,7 @@ def simulate(plan: S.Plan, model, wl: S.Workload, *, budget: int, rate: float | 
 
 def rerank(mode, model, wl: S.Workload, slo: S.SLO, hardware: dict, *, k: int = 5, budget: int = 64,
            load: float = 0.9, trace_s=None, seed: int = 0, prec: Precision = Precision(),
-           eff: Efficiency = Efficiency(), grid: S.Grid = S.Grid()) -> list:
+           eff: Efficiency = Efficiency(), grid: S.Grid = S.Grid(), chunked: bool = True) -> list:
     """The analytic screen's ``k`` best plans of ``mode``, each replayed by :func:`simulate` at
     ``load`` times its capacity and judged at the 90th percentile: a list of dicts (best analytic
     first) with the plan, its analytic throughput per device (rate-matched pools), the devices of its
@@ -377,7 +397,7 @@ def rerank(mode, model, wl: S.Workload, slo: S.SLO, hardware: dict, *, k: int = 
             out.append({"rank": rank, "plan": p, "feasible": False})
             continue
         r = simulate(p, model, wl, budget=budget, load=load, trace_s=trace_s, seed=seed, slo=slo, prec=prec,
-                     eff=eff, grid=grid)
+                     eff=eff, grid=grid, chunked=chunked)
         used = sum(r.instances[u["unit"]] * u["devices"] for u in p.units)
         mean_out = float(np.mean(wl.lengths[1])) if wl.lengths is not None else wl.output_tokens
         out.append({"rank": rank, "plan": p, "feasible": True, "tps_device": p.tokens_per_s_per_device,

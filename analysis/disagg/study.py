@@ -306,11 +306,15 @@ def validation(max_nfev=40):
     return {"rows": rows, "calibration": cal, "pred": pred, "uncalibrated": raw, "assumed_workers": assumed}
 
 
+NO_CHUNK = "C, no chunked prefill"  # the colocated baseline as vLLM ran it by default
+
+
 def tail_rerank(model, gpu, *, k, load, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s, budget, precision,
                 af_over_scaleup, seed=0) -> pd.DataFrame:
     """Each mode's ``k`` best plans by the analytic screen on the Mooncake conversation trace (its
     length distribution and arrival times), replayed by the event simulation at ``load`` times each
-    plan's capacity and judged at the 90th percentile of TTFT and TPOT (:func:`.des.rerank`)."""
+    plan's capacity and judged at the 90th percentile of TTFT and TPOT (:func:`.des.rerank`); the
+    colocated plans are also replayed without chunked prefill (mode :data:`NO_CHUNK`)."""
     from ..traces import load_trace
     from . import des
 
@@ -318,12 +322,13 @@ def tail_rerank(model, gpu, *, k, load, ttft_slo_s, ttft_slo_s_per_1k_input, tpo
     wl = S.Workload.from_lengths(t.input_tokens, t.output_tokens)
     slo = slo_for(wl.input_tokens, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s)
     rows = []
-    for mode in S.MODES:
+    for mode, chunked in [(m, True) for m in S.MODES] + [("C", False)]:
         for r in des.rerank(mode, model, wl, slo, S.default_hardware(gpu), k=k, budget=budget, load=load,
                             trace_s=t.arrival_s, seed=seed, prec=Precision.named(precision),
-                            grid=gpu_grid(af_over_scaleup)):
+                            grid=gpu_grid(af_over_scaleup), chunked=chunked):
             p = r.pop("plan")
-            rows.append({"mode": mode, **{k_: v for k_, v in r.items() if k_ != "instances"},
+            rows.append({"mode": mode if chunked else NO_CHUNK,
+                         **{k_: v for k_, v in r.items() if k_ != "instances"},
                          "instances": json.dumps(r.get("instances", {})), "ttft_s": p.ttft_s,
                          "tpot_s": p.tpot_s, "ttft_slo_s": slo.ttft_s, "tpot_slo_s": slo.tpot_s})
     return pd.DataFrame(rows)
