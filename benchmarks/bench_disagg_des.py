@@ -18,7 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from analysis.disagg import des, search as S, study  # noqa: E402
+from analysis.disagg import des, study  # noqa: E402
+from analysis.disagg import search as S
 from analysis.forward import Precision  # noqa: E402
 from analysis.traces import load_trace  # noqa: E402
 

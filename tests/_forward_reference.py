@@ -59,8 +59,8 @@ def pass_time(s, prec, eff, dev, *, tp, dp, B=0, ctx=0, P=0, L=0, X=0):
         E, k = s.n_experts, s.k_active
         mine = math.ceil(E / n)  # routed experts on the fullest device
         touched = mine * (1 - (1 - k / E) ** T)
-        f = (2 * T * k * s.expert_params * mine / E * eff.moe_imbalance + 2 * T * s.n_shared * s.expert_params / n
-             + 2 * T * s.h * E / n)
+        f = (2 * T * k * s.expert_params * mine / E * eff.moe_imbalance
+             + 2 * T * s.n_shared * s.expert_params / n + 2 * T * s.h * E / n)
         b = (touched + s.n_shared) * s.expert_params * wb + s.h * E * wb + T * (k + 1) * s.h * ab * 2 / n
         total += _op(f, b, peak, bw, eff)
     # LM head and embedding gather

@@ -5,9 +5,10 @@ import itertools
 import numpy as np
 import pytest
 
-from analysis import roofline, specs
 from analysis import forward as costs
-from analysis.disagg import devices, search as S
+from analysis import roofline, specs
+from analysis.disagg import devices
+from analysis.disagg import search as S
 from analysis.forward import Efficiency, Precision
 
 H100 = "H100-SXM5-80GB"
@@ -51,7 +52,8 @@ def test_more_bandwidth_never_slows_a_plan(mode):
     wl, slo = S.Workload(2000, 500), S.SLO(5.0, 0.2)
     slow = S.best_plan(mode, "Llama-3.1-8B", wl, slo, S.default_hardware(H100), budget=16, grid=FAST)
     fast_dev = devices.device(H100)
-    fast_dev = {**fast_dev, "bw": fast_dev["bw"] * 2, "link": fast_dev["link"] * 2, "net": fast_dev["net"] * 2}
+    fast_dev = {**fast_dev, "bw": fast_dev["bw"] * 2, "link": fast_dev["link"] * 2,
+                "net": fast_dev["net"] * 2}
     fast = S.best_plan(mode, "Llama-3.1-8B", wl, slo, S.default_hardware([fast_dev]), budget=16, grid=FAST)
     assert slow.feasible and fast.feasible
     assert fast.tokens_per_s_per_device >= slow.tokens_per_s_per_device * (1 - 1e-9)

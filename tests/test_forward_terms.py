@@ -280,7 +280,8 @@ def test_whole_instances_cost_and_never_beat_rate_matching():
                 for n1 in range(1, 7) for n2 in range(1, 5) if 2 * n1 + 3 * n2 <= 12)
     assert cost == pytest.approx(brute[0]) and counts == brute[1]
     wl, slo = S.Workload(3000, 300), S.SLO(5.0, 0.1)
-    g = S.Grid(sizes=(1, 2, 4, 8), tps=(1, 2), batches=(16, 64, 256), prefill_batches=(1, 4), utilisations=(0.7,))
+    g = S.Grid(sizes=(1, 2, 4, 8), tps=(1, 2), batches=(16, 64, 256), prefill_batches=(1, 4),
+               utilisations=(0.7,))
     hw = S.default_hardware(H100)
     for mode in ("PD", "3-way", "C"):
         frac = S.best_plan(mode, "Qwen3-30B-A3B", wl, slo, hw, budget=16, grid=g)
@@ -307,3 +308,34 @@ def test_moe_expert_placement_closed_form(n, e_dev):
     assert float(compute_only) == pytest.approx(dense + moe, rel=1e-12)
     w = F.weight_bytes_per_device(s, prec, tp=1, n=float(n), part="ffn")
     assert float(w) == pytest.approx(5 * s.dense_params / n + 56 * ((e_dev + 1) * Pe + h * 48))
+
+
+@pytest.mark.parametrize("model", ["Llama-3.1-8B", "Qwen3-30B-A3B"])
+def test_af_split_step_composes_every_term(model):
+    """A decode pass of an attention/FFN split (TP 2 x DP 2 attention, 4 FFN devices, 2 micro-batches,
+    pools inside one scale-up domain): per layer, attention + LM head + TP all-reduce + layer overhead,
+    FFN (+ its all-reduce for a dense FFN), the one-way hop, pipelined by af_layer_time."""
+    s = F.shape(model)
+    prec, eff = Precision(), Efficiency()
+    dev = devices.device(H100)
+    B, ctx, m, tp, n_a, n_f = 64.0, 3000.0, 2.0, 2.0, 4.0, 4.0
+    b = B / m
+    dp = n_a / tp
+    p = F.pass_inputs(s, dec_seqs=b, dec_ctx=ctx)
+    att = F.attention_block(s, prec, eff, dev["flops"], dev["bw"], tokens=b, seqs=b, kv_tokens=b * ctx,
+                            pairs_full=b * (ctx + 1), pairs_slide=0.0, tp=tp, dp=dp,
+                            attn_peak=dev["attn_flops"], dec_pairs_full=b * (ctx + 1), dec_pairs_slide=0.0)
+    att += F.head_time(s, prec, eff, dev["flops"], dev["bw"], seqs=b, tokens=b, n=n_a)
+    att += 2 * s.n_layers * (2 * (tp - 1) / tp * (b / dp) * s.h * 2 / (dev["link"] * eff.link)
+                             + eff.collective_latency_s)
+    ffn = F.ffn_block(s, prec, eff, dev["flops"], dev["bw"], tokens=b, n=n_f)
+    if not s.n_moe:
+        ffn += s.n_layers * (2 * (n_f - 1) / n_f * b * s.h * 2 / (dev["link"] * eff.link)
+                             + eff.collective_latency_s)
+    a = float(att) / s.n_layers + eff.layer_overhead_s
+    f = float(ffn) / s.n_layers
+    x1 = float(F.af_hop_time(s, prec, eff, dev["link"], tokens=b, n_attn=n_a, n_ffn=n_f))
+    assert float(p["tokens"]) == b
+    want = s.n_layers * max(m * max(a, f, x1 / 2), a + f + x1) + eff.step_overhead_s
+    got = S._split_step(s, prec, eff, dev, dev, tp=tp, n_a=n_a, n_f=n_f, m=m, dec_seqs=B, dec_ctx=ctx)
+    assert float(got) == pytest.approx(want, rel=1e-12)
