@@ -227,12 +227,16 @@ def pareto_fronts(model, ratio, output_tokens, *, hardware_name, hardware, tpot_
 
 
 def mooncake_workload():
-    """Mean input and output lengths of the Mooncake conversation trace (chapter 2's reader)."""
+    """Mean input and output lengths of the Mooncake conversation trace (chapter 2's reader) and its
+    prefix-hit share with an unbounded cache (input blocks seen before / all input blocks; the trace's
+    block hashes chain a block to its prefix, so a seen block means a cached prefix)."""
     from ..traces import load_trace
 
     t = load_trace("mooncake_conversation")
+    sm = t.summary()
     return {"input_tokens": float(np.mean(t.input_tokens)), "output_tokens": float(np.mean(t.output_tokens)),
-            "requests": int(t.n_requests), "input_p90": float(np.percentile(t.input_tokens, 90))}
+            "requests": int(t.n_requests), "input_p90": float(np.percentile(t.input_tokens, 90)),
+            "prefix_hit": 1.0 - sm["unique_blocks"] / sm["blocks"]}
 
 
 GPU_MIX = "GPUs mixed per role (per dollar)"
@@ -256,6 +260,14 @@ def mooncake_cells(workload, models, gpus, npu_points, role_hardware, *, ttft_sl
             tasks.append(((m, hw_name, hw, wl, slo),
                           dict(budget=budget, precision=precision, objective="dollar" if npu else "device",
                                grid=grid, enforce_context=enforce_context)))
+    h = float(workload.get("prefix_hit", 0.0))
+    if h > 0 and gpus:  # the same on the first GPU with the trace's prefix hits loaded over the NIC
+        g0 = gpus[0]
+        wl_h = S.Workload(wl.input_tokens, wl.output_tokens, prefix_hit=h, hit_bw=devices.device(g0)["net"])
+        for m in models:
+            tasks.append(((m, f"{g0} + prefix hits", S.default_hardware(g0), wl_h, slo),
+                          dict(budget=budget, precision=precision, objective="device",
+                               grid=gpu_grid(af_over_scaleup), enforce_context=enforce_context)))
     cells = parallel_map(run_cell_task, tasks, jobs)
     return add_speedup(pd.DataFrame([row for cell in cells for row in cell]), ["model", "hardware"])
 
