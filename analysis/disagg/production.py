@@ -17,15 +17,19 @@ from . import search as S
 OUT_TOKENS = 1024
 
 
-def validation_grid(max_devices: int = 128) -> S.Grid:
+VALIDATION_BUDGET = 256  # DeepSeek-scale: EP decode instances of 144+ GPUs fit
+
+
+def validation_grid(max_devices: int = VALIDATION_BUDGET) -> S.Grid:
     """Instances up to ``max_devices`` (DeepSeek-scale EP decode reaches 144 GPUs), TP up to 8,
-    batches up to 8,192 sequences, up to 3 ping-pong micro-batches, two-micro-batch overlap."""
-    return S.Grid(sizes=S._p2(1, max_devices), tps=(1, 2, 4, 8), batches=S._p2(1, 8192),
+    batches up to 65,536 sequences per instance, up to 3 ping-pong micro-batches, two-micro-batch
+    overlap."""
+    return S.Grid(sizes=S._p2(1, max_devices), tps=(1, 2, 4, 8), batches=S._p2(1, 65536),
                   microbatches=(1, 2, 3), overlaps=(1, 2))
 
 
 def decode_throughput(model, device: str, mode: str, *, context: float = 4096.0, tpot_slo_s: float = 0.05,
-                      precision: str = "fp8", budget: int = 128, eff: Efficiency = Efficiency(),
+                      precision: str = "fp8", budget: int = VALIDATION_BUDGET, eff: Efficiency = Efficiency(),
                       grid: S.Grid | None = None) -> dict:
     """Best decode output tokens/s per device of ``mode`` (``"D"``: one instance holding attention and
     experts, EP across it; ``"AFD"``: attention and FFN pools, :func:`analysis.disagg.search.af_layer_time`)

@@ -272,7 +272,7 @@ def mooncake_cells(workload, models, gpus, npu_points, role_hardware, *, ttft_sl
     return add_speedup(pd.DataFrame([row for cell in cells for row in cell]), ["model", "hardware"])
 
 
-def production_cells(device="H800-SXM5-80GB", budget=128,
+def production_cells(device="H800-SXM5-80GB", budget=256,
                      eff_calibrated: Efficiency | None = None) -> pd.DataFrame:
     """The validation cells against StepFun's Step-3 report (see :mod:`.production`): simulated
     decode tokens/s per GPU of Step-3 with AFD and with plain EP decode, and of DeepSeek-V3 with EP
