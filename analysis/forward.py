@@ -173,12 +173,17 @@ def experts_touched(tokens, n_experts: int, k_active: int):
 
 
 def attention_block(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, tokens, seqs, kv_tokens,
-                    pairs_full, pairs_slide, tp, dp, attn_peak=None):
+                    pairs_full, pairs_slide, tp, dp, attn_peak=None, dec_pairs_full=None,
+                    dec_pairs_slide=None):
     """Time of all attention blocks (all layers) on one device of an instance, per forward pass.
 
     ``tokens``: new tokens in the pass (whole instance); ``seqs``: sequences in the pass;
     ``kv_tokens``: cached tokens read per full layer (summed over sequences); ``pairs_*``: attended
-    (query, key) pairs per full / sliding layer, summed over sequences."""
+    (query, key) pairs per full / sliding layer, summed over sequences. ``dec_pairs_*``: the part of
+    those pairs that belongs to decoding sequences, priced at the decode rate (MLA attends in the
+    latent space when decoding: about 3x the FLOPs of a prefill pair); the rest at the prefill rate.
+    Without them, the whole pass is priced at the decode rate when it has one token per sequence
+    and at the prefill rate otherwise."""
     # attention core (QK^T, softmax, AV) runs at ``attn_peak`` (FlashAttention in bf16 even when the
     # GEMMs run in fp8/fp4); projections at the GEMM peak
     apk = peak if attn_peak is None else attn_peak
@@ -189,15 +194,22 @@ def attention_block(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, tok
     proj_f = 2.0 * tok * s.attn_params / tp
     proj_b = s.attn_params * wb / tp + tok * s.h * ab * 2.0
     t_proj = _rf(proj_f, proj_b, peak, bw, eff)
-    pf = np.where(tokens > seqs, s.pair_flops_prefill, s.pair_flops_decode)
+    if dec_pairs_full is None:
+        pf = np.where(tokens > seqs, s.pair_flops_prefill, s.pair_flops_decode)
+        core_f = pairs_full / dp * pf / tp
+        slide_f = pairs_slide / dp * pf / tp
+    else:
+        core_f = ((pairs_full - dec_pairs_full) * s.pair_flops_prefill
+                  + dec_pairs_full * s.pair_flops_decode) / dp / tp
+        dps = 0.0 if dec_pairs_slide is None else dec_pairs_slide
+        slide_f = ((pairs_slide - dps) * s.pair_flops_prefill + dps * s.pair_flops_decode) / dp / tp
     # full-attention core
-    core_f = pairs_full / dp * pf / tp
     core_b = (kv_tokens + tokens) / dp * s.kv_elems * kb / split
     t_full = _rf(core_f, core_b, apk, bw, eff)
     t = (s.n_full + s.n_sliding) * t_proj + s.n_full * t_full
     if s.n_sliding:
         kv_sl = np.minimum(kv_tokens, seqs * s.window)
-        t_sl = _rf(pairs_slide / dp * pf / tp, (kv_sl + tokens) / dp * s.kv_elems * kb / split, apk, bw, eff)
+        t_sl = _rf(slide_f, (kv_sl + tokens) / dp * s.kv_elems * kb / split, apk, bw, eff)
         t = t + s.n_sliding * t_sl
     if s.n_linear:
         lf = 2.0 * tok * s.lin_params / tp + 4.0 * tok * s.lin_state_elems / tp
@@ -208,21 +220,43 @@ def attention_block(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, tok
 
 def ffn_block(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, tokens, n):
     """Time of all FFN blocks (dense and MoE layers) on one device when ``n`` devices share them
-    (dense: tensor-split; MoE: experts spread over the ``n`` devices)."""
+    (dense: tensor-split; MoE: experts spread over the ``n`` devices).
+
+    Per dense layer and device: FLOPs ``2 T P / n`` for ``T`` tokens and ``P`` FFN parameters;
+    bytes ``P w / n`` of weights plus ``2 T h a`` of activations (a tensor-split FFN reads every
+    token's input row and writes a partial output row of width ``h`` on every device; the
+    intermediate stays on chip). Per MoE layer, on the device holding the most routed experts,
+    ``e = ceil(E / n)`` (:func:`experts_per_device`): routed FLOPs ``2 T k P_e e / E`` times the
+    imbalance factor (its experts' share of the ``T k`` routed tokens); shared-expert FLOPs
+    ``2 T s P_e / n`` (shared experts are replicated; each device runs its own tokens); router FLOPs
+    ``2 T h E / n``; bytes of its touched experts ``e (1 - (1 - k/E)^T) P_e w``, of the ``s``
+    replicated shared experts ``s P_e w``, of the router's ``h E`` weights read once, and activations
+    ``2 T (k + 1) h a / n`` (each token's row read and written once per routed expert and once more
+    for the router and shared path). With ``n = 1`` the touched experts are ``E (1 - (1 - k/E)^T)``."""
     wb, ab = prec.weight_bytes, prec.act_bytes
     t = 0.0
     if s.n_dense:
         f = 2.0 * tokens * s.dense_params / n
-        b = s.dense_params * wb / n + tokens * s.h * ab * 2.0 / np.sqrt(n)
+        b = s.dense_params * wb / n + tokens * s.h * ab * 2.0
         t = t + s.n_dense * _rf(f, b, peak, bw, eff)
     if s.n_moe:
-        u = experts_touched(tokens, s.n_experts, s.k_active) + s.n_shared
-        f = 2.0 * tokens * (s.k_active + s.n_shared) * s.expert_params / n * eff.moe_imbalance
-        b = (u * s.expert_params * wb / n
-             + tokens * s.h * s.n_experts * wb / n  # router
-             + tokens * (s.k_active + 1) * s.h * ab * 2.0 / n)
+        E, k = s.n_experts, s.k_active
+        e_dev = experts_per_device(s, n)  # the device holding the most routed experts
+        touched = e_dev * (1.0 - (1.0 - k / E) ** np.asarray(tokens, dtype=float))
+        f = (2.0 * tokens * k * s.expert_params * e_dev / E * eff.moe_imbalance  # routed experts
+             + 2.0 * tokens * s.n_shared * s.expert_params / n                   # shared: own tokens
+             + 2.0 * tokens * s.h * E / n)                                       # router GEMM
+        b = ((touched + s.n_shared) * s.expert_params * wb  # touched routed + replicated shared experts
+             + s.h * E * wb                                 # router weights, read once
+             + tokens * (k + 1) * s.h * ab * 2.0 / n)
         t = t + s.n_moe * _rf(f, b, peak, bw, eff)
     return t
+
+
+def experts_per_device(s: Shape, n):
+    """Routed experts on the busiest of ``n`` devices: ``ceil(E / n)`` (with ``n > E`` one expert per
+    device; with ``E`` not a multiple of ``n`` some devices hold one more)."""
+    return np.ceil(s.n_experts / np.maximum(np.asarray(n, dtype=float), 1.0))
 
 
 def head_time(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, seqs, tokens, n):
@@ -232,19 +266,37 @@ def head_time(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, seqs, tok
     return _rf(f, b, peak, bw, eff)
 
 
-def comm_time(s: Shape, prec: Precision, eff: Efficiency, link, *, tokens, tp, dp, cp_tokens=0.0):
+def hierarchical_time(bytes_out, n, link, net, domain, eff: Efficiency):
+    """Seconds for a device to send ``bytes_out`` spread evenly over the other ``n - 1`` devices of
+    its group when only ``domain`` devices share a scale-up domain: the share for the
+    ``min(n, domain) - 1`` peers inside the domain goes over the scale-up ``link``, the rest over
+    the NIC (``net``), both at once (hierarchical: intra-domain first, DeepEP-style), so the time is
+    ``max(bytes_in / link, bytes_out_of_domain / net)`` at the link efficiency. With ``n <= domain``
+    it is ``bytes_out / link``: the switch happens exactly at the domain size."""
+    n = np.asarray(n, dtype=float)
+    f_in = np.where(n > 1, (np.minimum(n, domain) - 1) / np.maximum(n - 1, 1), 1.0)
+    if net is None:
+        net = link
+    return np.maximum(bytes_out * f_in / (link * eff.link), bytes_out * (1 - f_in) / (net * eff.link))
+
+
+def comm_time(s: Shape, prec: Precision, eff: Efficiency, link, *, tokens, tp, dp, cp_tokens=0.0, net=None,
+              domain=np.inf):
     """Intra-instance communication per forward: two TP all-reduces per layer (ring: each device
-    moves ``2 (tp-1)/tp`` of the activations) and, for MoE with ``n = tp*dp > 1``, an all-to-all
-    dispatch + combine per MoE layer (each token's activation to the distinct devices of its
-    ``k`` experts)."""
+    moves ``2 (tp-1)/tp`` of the activations; TP stays inside a scale-up domain) and, for MoE with
+    ``n = tp*dp > 1``, an all-to-all dispatch + combine per MoE layer (each token's activation to the
+    distinct devices of its ``k`` experts; the ``(n-1)/n`` that leaves the device is sent
+    hierarchically: :func:`hierarchical_time` with the scale-out bandwidth ``net`` and the
+    ``domain`` size; the defaults keep every device on the scale-up link)."""
     n = tp * dp
     ab = prec.act_bytes
     tok = tokens / dp
     ar = np.where(tp > 1, 2.0 * (tp - 1) / tp * tok * s.h * ab / (link * eff.link) + eff.collective_latency_s, 0.0)
     t = 2.0 * s.n_layers * ar
     if s.n_moe:
-        a2a = np.where(n > 1, 2.0 * tok * distinct_destinations(s, n) * s.h * ab * (n - 1) / n / (link * eff.link)
-                       + 2 * eff.collective_latency_s, 0.0)
+        out = 2.0 * tok * distinct_destinations(s, n) * s.h * ab * (n - 1) / n
+        a2a = hierarchical_time(out, n, link, net, domain, eff) + 2 * eff.collective_latency_s
+        a2a = np.where(n > 1, a2a, 0.0)
         t = t + s.n_moe * a2a
     else:
         # dense FFN split over all n devices with attention DP: gather/scatter around the FFN
@@ -270,16 +322,19 @@ def pass_inputs(s: Shape, *, dec_seqs=0.0, dec_ctx=0.0, pre_seqs=0.0, pre_len=0.
     tokens = dec_seqs + pre_seqs * pre_len
     seqs = dec_seqs + pre_seqs
     kv_tokens = dec_seqs * dec_ctx + pre_seqs * pre_prefix
-    pairs_full = dec_seqs * (dec_ctx + 1) + pre_seqs * kv.attended_pairs(pre_len, pre_prefix)
+    dec_full = dec_seqs * (dec_ctx + 1)
+    pairs_full = dec_full + pre_seqs * kv.attended_pairs(pre_len, pre_prefix)
     if s.n_sliding:
         w = s.window
-        pairs_slide = dec_seqs * np.minimum(dec_ctx + 1, w) + pre_seqs * kv.attended_pairs(pre_len, pre_prefix, w)
+        dec_slide = dec_seqs * np.minimum(dec_ctx + 1, w)
+        pairs_slide = dec_slide + pre_seqs * kv.attended_pairs(pre_len, pre_prefix, w)
     else:
         pairs_slide = np.zeros_like(pairs_full)
+        dec_slide = pairs_slide
     # prompts fewer than the DP ranks are split over them (context parallelism, see cp_time)
     cp_tokens = pre_seqs * pre_len
     return dict(tokens=tokens, seqs=seqs, kv_tokens=kv_tokens, pairs_full=pairs_full, pairs_slide=pairs_slide,
-                cp_tokens=cp_tokens)
+                dec_pairs_full=dec_full, dec_pairs_slide=dec_slide, cp_tokens=cp_tokens)
 
 
 def forward_parts(s: Shape, prec: Precision, eff: Efficiency, dev_attn: dict, dev_ffn: dict, *, tp, dp,
@@ -289,20 +344,40 @@ def forward_parts(s: Shape, prec: Precision, eff: Efficiency, dev_attn: dict, de
     p = pass_inputs(s, **pass_kw)
     ta = attention_block(s, prec, eff, dev_attn["flops"], dev_attn["bw"], tokens=p["tokens"], seqs=p["seqs"],
                          kv_tokens=p["kv_tokens"], pairs_full=p["pairs_full"], pairs_slide=p["pairs_slide"],
-                         tp=tp, dp=dp, attn_peak=dev_attn.get("attn_flops"))
+                         tp=tp, dp=dp, attn_peak=dev_attn.get("attn_flops"),
+                         dec_pairs_full=p["dec_pairs_full"], dec_pairs_slide=p["dec_pairs_slide"])
     ta = ta + head_time(s, prec, eff, dev_attn["flops"], dev_attn["bw"], seqs=p["seqs"], tokens=p["tokens"], n=tp * dp)
     tf = ffn_block(s, prec, eff, dev_ffn["flops"], dev_ffn["bw"], tokens=p["tokens"], n=n_ffn)
     return ta, tf, p
 
 
-def colocated_pass_time(s: Shape, prec: Precision, eff: Efficiency, dev: dict, *, tp, dp=1, **pass_kw):
-    """Time of one forward pass on an instance of ``tp * dp`` devices holding attention and FFN."""
+def colocated_pass_time(s: Shape, prec: Precision, eff: Efficiency, dev: dict, *, tp, dp=1, microbatches=1,
+                        **pass_kw):
+    """Time of one forward pass on an instance of ``tp * dp`` devices holding attention and FFN.
+
+    ``microbatches`` ``m > 1`` splits the pass's sequences into ``m`` micro-batches whose
+    communication overlaps the other micro-batches' computation (DeepSeek's two-micro-batch
+    overlap): with ``c`` the compute and ``k`` the communication of one micro-batch, the pass takes
+    ``max(m * max(c, k), c + k)`` plus the fixed overheads (``m = 1``: ``c + k``). Splitting repeats
+    the weight reads of every micro-batch, so it pays only where communication is a large share."""
     tp = np.asarray(tp, dtype=float)
     dp = np.asarray(dp, dtype=float)
+    m = np.asarray(microbatches, dtype=float)
+    if np.any(m != 1):
+        pass_kw = {k: (np.asarray(v, dtype=float) / m if k in ("dec_seqs", "pre_seqs") else v)
+                   for k, v in pass_kw.items()}
     ta, tf, p = forward_parts(s, prec, eff, dev, dev, tp=tp, dp=dp, n_ffn=tp * dp, **pass_kw)
     cp = np.where(np.asarray(pass_kw.get("pre_seqs", 0.0)) < dp, p["cp_tokens"], 0.0)
-    tc = comm_time(s, prec, eff, dev["link"], tokens=p["tokens"], tp=tp, dp=dp, cp_tokens=cp)
-    return ta + tf + tc + eff.step_overhead_s + s.n_layers * eff.layer_overhead_s
+    tc = comm_time(s, prec, eff, dev["link"], tokens=p["tokens"], tp=tp, dp=dp, cp_tokens=cp,
+                   net=dev.get("net"), domain=dev.get("domain", np.inf))
+    c = ta + tf
+    return overlap_time(c, tc, m) + eff.step_overhead_s + s.n_layers * eff.layer_overhead_s
+
+
+def overlap_time(c, k, m):
+    """Compute ``c`` and communication ``k`` of one of ``m`` micro-batches, pipelined on two
+    resources: ``max(m * max(c, k), c + k)``; ``m = 1`` gives ``c + k``."""
+    return np.maximum(m * np.maximum(c, k), c + k)
 
 
 def distinct_destinations(s: Shape, n):
@@ -315,20 +390,37 @@ def distinct_destinations(s: Shape, n):
     return np.where(n > 1, n * (1.0 - (1.0 - 1.0 / np.maximum(n, 1.0)) ** k), 1.0)
 
 
-def af_hop_time(s: Shape, prec: Precision, eff: Efficiency, net, *, tokens, n_attn, n_ffn):
+def af_hop_time(s: Shape, prec: Precision, eff: Efficiency, net, *, tokens, n_attn, n_ffn, link=None,
+                domain=0.0, per_direction=False):
     """One attention->FFN->attention round trip of ``tokens`` activations in one layer (the slower
-    side's per-device link bounds it; MoE tokens go to ``k`` experts)."""
+    side's per-device link bounds it; MoE tokens go to the distinct devices of their ``k`` experts).
+
+    Without ``link`` every byte goes at ``net``. With ``link`` (scale-up bandwidth) and ``domain``
+    (devices per scale-up domain), a pair of pools that fits in one domain (``n_attn + n_ffn <=
+    domain``) talks at ``link``; a larger pair sends the share ``domain / (n_attn + n_ffn)`` of its
+    traffic inside the domain and the rest over ``net``, both at once. ``per_direction=True`` returns
+    the one-way time (dispatch A->F; the combine F->A takes the same on the opposite direction of a
+    full-duplex link), for pipelines that charge each direction separately."""
     fan = distinct_destinations(s, n_ffn)
     by = tokens * s.h * prec.act_bytes * fan
     per_dev = np.maximum(by / n_attn, by / n_ffn)
-    return 2.0 * (per_dev / (net * eff.link) + eff.collective_latency_s)
+    if link is None:
+        one = per_dev / (net * eff.link)
+    else:
+        f_in = np.minimum(1.0, domain / (n_attn + n_ffn))
+        one = np.maximum(per_dev * f_in / (link * eff.link), per_dev * (1 - f_in) / (net * eff.link))
+    one = one + eff.collective_latency_s
+    return one if per_direction else 2.0 * one
 
 
 def weight_bytes_per_device(s: Shape, prec: Precision, *, tp, n, part="all"):
-    """Weight bytes on each device: attention weights split ``tp`` ways (replicated over DP), FFN
-    and embeddings split over the ``n`` devices."""
+    """Weight bytes on each device: attention weights split ``tp`` ways (replicated over DP),
+    embeddings and dense FFNs split over the ``n`` devices; MoE layers hold ``ceil(E / n)`` routed
+    experts on the fullest device, every shared expert and the router."""
     a = (s.attn_weights) * prec.weight_bytes / tp + (s.embed_params + s.lm_head_params) * prec.weight_bytes / n
-    f = s.ffn_weights * prec.weight_bytes / n
+    moe = (s.n_moe * ((experts_per_device(s, n) + s.n_shared) * s.expert_params + s.h * s.n_experts)
+           if s.n_moe else 0.0)
+    f = (s.n_dense * s.dense_params / n + moe) * prec.weight_bytes
     return {"all": a + f, "attn": a, "ffn": f}[part]
 
 
@@ -339,3 +431,22 @@ def kv_bytes_per_device(s: Shape, prec: Precision, *, seqs, ctx, tp, dp):
     per_seq = (s.n_full * ctx + s.n_sliding * np.minimum(ctx, s.window)) * s.kv_elems * prec.kv_bytes / split
     per_seq = per_seq + s.n_linear * s.lin_state_elems * 4.0 / tp
     return seqs / dp * per_seq
+
+
+def kv_transfer_bytes(s: Shape, prec: Precision, tokens):
+    """KV bytes of one sequence of ``tokens`` tokens, what PD disaggregation moves from the prefill to
+    the decode instance: every token for full-attention layers, at most ``window`` tokens for
+    sliding-window layers, the fixed fp32 state of linear-attention layers."""
+    t = np.asarray(tokens, dtype=float)
+    per = (s.n_full * t + s.n_sliding * np.minimum(t, s.window)) * s.kv_elems * prec.kv_bytes
+    return per + s.n_linear * s.lin_state_elems * 4.0
+
+
+def kv_transfer_exposed(s: Shape, prec: Precision, eff: Efficiency, *, seqs, tokens, t_pass, devices, net):
+    """Exposed time of the PD KV transfer of one prefill pass of ``seqs`` prompts of ``tokens``
+    tokens over the NICs of ``devices`` prefill devices at ``net`` bytes/s each: the transfer
+    ``x = seqs * kv_transfer_bytes / (devices * net * link_eff)`` runs layer by layer behind the pass
+    of duration ``t_pass``, so what shows is ``max(x - t_pass, 0) + x / n_layers`` (the part longer
+    than the pass, plus the last layer's share, which can only start when the pass ends)."""
+    x = seqs * kv_transfer_bytes(s, prec, tokens) / (devices * net * eff.link)
+    return np.maximum(x - t_pass, 0.0) + x / s.n_layers

@@ -109,7 +109,9 @@ def attention_params_per_layer(model) -> int:
         kv_a = h * (m.mla_kv_lora_rank + m.mla_qk_rope_dim)
         kv_b = m.mla_kv_lora_rank * m.n_heads * (nope + m.v_head_dim)
         return q + kv_a + kv_b + m.n_heads * m.v_head_dim * h
-    q = h * m.n_heads * m.head_dim
+    # a query low rank (Step-3's MFA: h -> r -> heads) when given, else a full query projection
+    r = m.mla_q_lora_rank or 0
+    q = h * r + r * m.n_heads * m.head_dim if r else h * m.n_heads * m.head_dim
     kv = h * m.n_kv_heads * (m.head_dim + m.v_head_dim)
     return q + kv + m.n_heads * m.v_head_dim * h
 

@@ -5,9 +5,10 @@ import itertools
 import numpy as np
 import pytest
 
-from analysis import roofline, specs
 from analysis import forward as costs
-from analysis.disagg import devices, search as S
+from analysis import roofline, specs
+from analysis.disagg import devices
+from analysis.disagg import search as S
 from analysis.forward import Efficiency, Precision
 
 H100 = "H100-SXM5-80GB"
@@ -51,7 +52,8 @@ def test_more_bandwidth_never_slows_a_plan(mode):
     wl, slo = S.Workload(2000, 500), S.SLO(5.0, 0.2)
     slow = S.best_plan(mode, "Llama-3.1-8B", wl, slo, S.default_hardware(H100), budget=16, grid=FAST)
     fast_dev = devices.device(H100)
-    fast_dev = {**fast_dev, "bw": fast_dev["bw"] * 2, "link": fast_dev["link"] * 2, "net": fast_dev["net"] * 2}
+    fast_dev = {**fast_dev, "bw": fast_dev["bw"] * 2, "link": fast_dev["link"] * 2,
+                "net": fast_dev["net"] * 2}
     fast = S.best_plan(mode, "Llama-3.1-8B", wl, slo, S.default_hardware([fast_dev]), budget=16, grid=FAST)
     assert slow.feasible and fast.feasible
     assert fast.tokens_per_s_per_device >= slow.tokens_per_s_per_device * (1 - 1e-9)
@@ -69,7 +71,8 @@ def test_pd_with_free_transfer_and_identical_pools_never_worse_than_colocated():
     plan can mimic the colocated plan's time split, so it is not worse -- up to one effect the roofline
     grants colocation alone: in a mixed pass the decode tokens' weight reads hide under the
     compute-bound prefill chunk (SARATHI-style piggybacking). That gain is at most a few per cent of a
-    pass here; the tolerance is 2%."""
+    pass here; the tolerance is 5% (the MoE model's decode step is dominated by expert-weight reads,
+    which a mixed pass hides; about 4% once the router is priced as h x E weights, not per token)."""
     eff = Efficiency(step_overhead_s=0.0, layer_overhead_s=0.0, collective_latency_s=0.0)
     free = {**devices.device(H100), "net": 1e30}
     hw = S.default_hardware([free])
@@ -80,7 +83,7 @@ def test_pd_with_free_transfer_and_identical_pools_never_worse_than_colocated():
         slo = S.SLO(1e6, 1e6)  # unconstrained: compare pure throughput per device
         c = S.best_plan("C", model, wl, slo, hw, budget=16, eff=eff, grid=grid)
         pd = S.best_plan("PD", model, wl, slo, hw, budget=16, eff=eff, grid=grid)
-        assert pd.tokens_per_s_per_device >= c.tokens_per_s_per_device * 0.98, (model, I, O, c, pd)
+        assert pd.tokens_per_s_per_device >= c.tokens_per_s_per_device * 0.95, (model, I, O, c, pd)
 
 
 def test_plans_that_do_not_fit_are_rejected():

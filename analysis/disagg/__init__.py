@@ -2,9 +2,14 @@
 with a vectorised parallelism search and validation against measured serving runs.
 
 * per-layer operator costs live in :mod:`analysis.forward` (the core layer, shared with chapter 2);
-* :mod:`.devices`: GPUs (data/hardware.csv) and custom NPU design points (data/npu_design_points.csv);
-* :mod:`.search`: deployment modes (C, PD, AF, 3-way, PDAF) and the best-plan search under SLOs;
+* :mod:`.devices`: GPUs (data/hardware.csv, with scale-up domain and NIC) and custom NPU design points
+  (data/npu_design_points.csv) and their price models;
+* :mod:`.search`: deployment modes (C, PD, AF, 3-way, PDAF), workloads (prefix hits, length
+  distributions) and the best-plan search under SLOs (rate-matched or whole instances, top-k);
+* :mod:`.des`: discrete-event simulation of a plan over a trace (simpy), p90 TTFT/TPOT, re-ranking;
 * :mod:`.validate`: prediction of measured TTFT/TPOT (AIConfigurator silicon runs), calibration split;
-* :mod:`.workloads`: the input/output ratio sweep and Mooncake-trace lengths;
+* :mod:`.production`: validation cells against public production figures (StepFun Step-3);
+* :mod:`.verdicts`: the chapter's verdict rules, decided in one place;
+* :mod:`.study`: the chapter's experiments (sweeps, ablation, Pareto fronts, Mooncake cells);
 * :mod:`.params`: the chapter's papermill schema.
 """

@@ -55,4 +55,8 @@ PARAMS = {
                             choices=_models),
     "ablation_ratios": Param([1.0, 10.0, 100.0], "list[float]", "ratios of the ablation", min=0.001, max=10000),
     "validation_fit_evals": Param(40, "int", "function evaluations of the calibration fit", min=1, max=1000),
+    "des_top_k": Param(3, "int", "plans per mode the event simulation replays (the screen's best k)", min=1,
+                       max=20),
+    "des_load": Param(0.9, "float", "arrival rate of the event simulation, as a share of each plan's capacity",
+                      min=0.05, max=1.5),
 }

@@ -40,10 +40,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..specs import ModelSpec
 from .. import forward as costs
-from . import devices as _devices
 from ..forward import Efficiency, Precision
+from . import devices as _devices
 
 MODES = ("C", "PD", "AF", "3-way", "PDAF")
 MODE_ROLES = {"C": ("C",), "PD": ("P", "D"), "AF": ("A", "F"), "3-way": ("P", "DA", "DF"),
@@ -57,15 +56,47 @@ class SearchError(ValueError):
 
 @dataclass(frozen=True)
 class Workload:
+    """Requests of ``input_tokens`` prompt and ``output_tokens`` generated tokens (means, tokens).
+
+    ``prefix_hit``: share of the prompt found in a prefix cache (0 to 1, below 1): prefill computes
+    the missed ``(1 - prefix_hit) * input_tokens`` after the cached prefix and loads the hits' KV at
+    ``hit_bw`` bytes/s per device (default: already in HBM, free). ``lengths``: optional
+    ``(inputs, outputs)`` sequences of per-request lengths (e.g. from a trace) for the discrete-event
+    simulation (:mod:`analysis.disagg.des`); the analytic screen uses the means."""
+
     input_tokens: float
     output_tokens: float
     name: str = ""
+    prefix_hit: float = 0.0
+    hit_bw: float = float("inf")
+    lengths: tuple | None = field(default=None, compare=False, hash=False, repr=False)
 
     def __post_init__(self):
         for f in ("input_tokens", "output_tokens"):
             v = getattr(self, f)
             if not (isinstance(v, (int, float, np.integer, np.floating)) and math.isfinite(v) and v >= 1):
                 raise SearchError(f"Workload.{f} must be a finite number >= 1 token, got {v!r}")
+        if not (isinstance(self.prefix_hit, (int, float, np.floating)) and 0 <= self.prefix_hit < 1):
+            raise SearchError(f"Workload.prefix_hit must be a share in [0, 1), got {self.prefix_hit!r}")
+        if not self.hit_bw > 0:
+            raise SearchError(f"Workload.hit_bw must be a bandwidth > 0 bytes/s, got {self.hit_bw!r}")
+        if self.lengths is not None:
+            ins, outs = (np.asarray(x, dtype=float) for x in self.lengths)
+            bad = ins.shape != outs.shape or ins.ndim != 1 or len(ins) == 0
+            if bad or (ins < 1).any() or (outs < 1).any():
+                raise SearchError("Workload.lengths must be two equal-length sequences of token counts >= 1")
+            object.__setattr__(self, "lengths", (ins, outs))
+
+    @classmethod
+    def from_lengths(cls, inputs, outputs, **kw) -> "Workload":
+        """A workload whose means and length distribution come from per-request lengths."""
+        ins, outs = np.asarray(inputs, dtype=float), np.asarray(outputs, dtype=float)
+        return cls(float(ins.mean()), float(outs.mean()), lengths=(ins, outs), **kw)
+
+    @property
+    def missed_tokens(self) -> float:
+        """Prompt tokens prefill computes (the rest is a prefix-cache hit)."""
+        return self.input_tokens * (1.0 - self.prefix_hit)
 
 
 @dataclass(frozen=True)
@@ -99,6 +130,9 @@ class Grid:
     prefill_batches: tuple = (1, 2, 4, 8, 16)  # prompts per prefill pass
     utilisations: tuple = (0.5, 0.7, 0.85)    # prefill pool utilisation
     microbatches: tuple = (1, 2, 3)           # ping-pong micro-batches (A/F split)
+    overlaps: tuple = (1,)                    # micro-batches overlapping communication with compute
+                                              # (C, P, D instances: DeepSeek's two-micro-batch overlap);
+                                              # chapter 3 searches (1, 2), see study.gpu_grid
     af_over_scaleup: bool = True              # A/F activations over the scale-up link (NVLink-class
                                               # domain holding both pools) rather than scale-out NICs
 
@@ -116,8 +150,13 @@ def _mesh(**axes):
     return {k: g.ravel() for k, g in zip(keys, grids)}
 
 
-def _kv_total_bytes_per_token(s, prec):
-    return (s.n_full + s.n_sliding) * s.kv_elems * prec.kv_bytes
+def prefill_ttft(t_pass, rho, b, exposed):
+    """TTFT of a prefill pool serving batches of ``b`` prompts, each pass taking ``t_pass``, at
+    utilisation ``rho`` (open Poisson arrivals): the pass, the M/D/1 wait for the server
+    ``rho / (2 (1 - rho)) t_pass``, the mean wait for the batch to fill ``(b - 1) / (2 rho b) t_pass``
+    (prompts arrive at ``rho b / t_pass``; a prompt waits for half of the other ``b - 1``), and the
+    exposed KV transfer (:func:`analysis.forward.kv_transfer_exposed`)."""
+    return t_pass + rho / (2 * (1 - rho)) * t_pass + (b - 1) / (2 * rho * b) * t_pass + exposed
 
 
 def _cap(dev, eff):
@@ -135,7 +174,8 @@ def _ar(s, prec, eff, link, tokens, tp):
 def _split_step(s, prec, eff, da, df, *, tp, n_a, n_f, m, scaleup=True, **pass_kw):
     """Forward-pass time of an attention/FFN split with ``m`` ping-pong micro-batches; ``pass_kw``
     describe the whole pass and are divided among micro-batches."""
-    kw = {k: (np.asarray(v, dtype=float) / m if k in ("dec_seqs", "pre_seqs") else v) for k, v in pass_kw.items()}
+    kw = {k: (np.asarray(v, dtype=float) / m if k in ("dec_seqs", "pre_seqs") else v)
+          for k, v in pass_kw.items()}
     dp = n_a / tp
     ta, tf, p = costs.forward_parts(s, prec, eff, da, df, tp=tp, dp=dp, n_ffn=n_f, **kw)
     ta = ta + _ar(s, prec, eff, da["link"], p["tokens"] / dp, tp)
@@ -147,30 +187,47 @@ def _split_step(s, prec, eff, da, df, *, tp, n_a, n_f, m, scaleup=True, **pass_k
     L = s.n_layers
     a = ta / L + eff.layer_overhead_s
     f = tf / L
-    link = np.minimum(da["link"], df["link"]) if scaleup else np.minimum(da["net"], df["net"])
-    x = costs.af_hop_time(s, prec, eff, link, tokens=p["tokens"], n_attn=n_a, n_ffn=n_f)
-    layer = np.maximum(m * np.maximum(np.maximum(a, f), x), a + f + x)
-    return L * layer + eff.step_overhead_s
+    net = np.minimum(da["net"], df["net"])
+    if scaleup:  # scale-up where the pair fits in one domain of the same device type; hierarchical beyond
+        same = da["name"] == df["name"]
+        dom = min(da.get("domain", np.inf), df.get("domain", np.inf)) if same else 0.0
+        x1 = costs.af_hop_time(s, prec, eff, net, tokens=p["tokens"], n_attn=n_a, n_ffn=n_f,
+                               link=min(da["link"], df["link"]), domain=dom, per_direction=True)
+    else:
+        x1 = costs.af_hop_time(s, prec, eff, net, tokens=p["tokens"], n_attn=n_a, n_ffn=n_f,
+                               per_direction=True)
+    return L * af_layer_time(a, f, x1, m) + eff.step_overhead_s
 
 
-def _chunk_geometry(I, K):
+def af_layer_time(a, f, x1, m):
+    """One layer of an attention/FFN split with ``m`` ping-pong micro-batches: four resources in a
+    ring (attention devices ``a``, the A->F direction of the link ``x1``, FFN devices ``f``, the F->A
+    direction ``x1``; each value for one micro-batch). In steady state the busiest resource bounds
+    the cycle, ``m * max(a, x1, f)``, and one micro-batch must still go round, ``a + f + 2 x1``:
+    ``max(m * max(a, f, x1), a + f + 2 x1)``; with ``m = 1`` it is the plain sum."""
+    return np.maximum(m * np.maximum(np.maximum(a, f), x1), a + f + 2.0 * x1)
+
+
+def _chunk_geometry(I, K, hit=0.0):
+    """A chunk of ``K`` tokens of the ``I`` computed prompt tokens after ``hit`` cached ones: its
+    length, prompts per step and mean cached prefix."""
     pre_len = np.minimum(K, I)
-    return pre_len, K / pre_len, np.where(K < I, (I - K) / 2.0, 0.0)
+    return pre_len, K / pre_len, hit + np.where(K < I, (I - K) / 2.0, 0.0)
 
 
-def _chunked_mix(c, run, I, O, ctx):
+def _chunked_mix(c, run, I, O, ctx, hit=0.0, t_load=0.0):
     """Continuous batching with chunked prefill (colocated and AF units): a step carries the decode
     batch plus one prefill chunk for a fraction ``f`` of steps. Sets ``c['ttft']`` and ``c['tpot']``;
     returns (tpot, f, prefill seqs per step, mixed-step time, decode-only step time)."""
     B, K = c["batch"], c["chunk"]
-    pl, ps, pp = _chunk_geometry(I, K)
+    pl, ps, pp = _chunk_geometry(I, K, hit)
     t_mix = run(dec_seqs=B, dec_ctx=ctx, pre_seqs=ps, pre_len=pl, pre_prefix=pp)
     t_dec = run(dec_seqs=B, dec_ctx=ctx)
     f = B * I / (O * K)
     tpot = f * t_mix + (1 - f) * t_dec
     service = np.ceil(I / K) * t_mix
     fc = np.minimum(f, 0.999)
-    c["ttft"] = service + fc / (2 * (1 - fc)) * service + t_dec / 2
+    c["ttft"] = service + fc / (2 * (1 - fc)) * service + t_dec / 2 + t_load
     c["tpot"] = tpot
     return tpot, f, ps, t_mix, t_dec
 
@@ -193,43 +250,52 @@ def role_candidates(role, model, wl: Workload, hw, *, prec: Precision, eff: Effi
     s = model if isinstance(model, costs.Shape) else costs.shape(model)
     I, O = float(wl.input_tokens), float(wl.output_tokens)
     ctx = I + O / 2.0
+    Im, Ih = float(wl.missed_tokens), float(wl.input_tokens - wl.missed_tokens)  # computed, cached
+
+    def hit_load(devices):  # one prompt's cached KV read from its tier by the instance's devices
+        return costs.kv_transfer_bytes(s, prec, Ih) / (devices * wl.hit_bw) if Ih > 0 else 0.0
     g = grid.limited(budget)
     if role in ("C", "P", "D"):
         dev = _devices.device(hw, prec.compute)
         if role == "C":
-            c = _mesh(size=g.sizes, tp=g.tps, batch=g.batches, chunk=g.chunks)
+            c = _mesh(size=g.sizes, tp=g.tps, ovl=g.overlaps, batch=g.batches, chunk=g.chunks)
         elif role == "P":
-            c = _mesh(size=g.sizes, tp=g.tps, pbatch=g.prefill_batches, rho=g.utilisations)
+            c = _mesh(size=g.sizes, tp=g.tps, ovl=g.overlaps, pbatch=g.prefill_batches, rho=g.utilisations)
         else:
-            c = _mesh(size=g.sizes, tp=g.tps, batch=g.batches)
+            c = _mesh(size=g.sizes, tp=g.tps, ovl=g.overlaps, batch=g.batches)
         ok = c["tp"] <= c["size"]
+        # overlap needs communication to hide: only instances larger than one device
+        ok &= (c["ovl"] == 1) | (c["size"] > 1)
         c = {k: v[ok] for k, v in c.items()}
-        size, tp = c["size"], c["tp"]
+        size, tp, ovl = c["size"], c["tp"], c["ovl"]
         dp = size / tp
         wbytes = costs.weight_bytes_per_device(s, prec, tp=tp, n=size)
-        run = lambda **kw: costs.colocated_pass_time(s, prec, eff, dev, tp=tp, dp=dp, **kw)
+        run = lambda **kw: costs.colocated_pass_time(s, prec, eff, dev, tp=tp, dp=dp, microbatches=ovl, **kw)
         if role == "C":
             B = c["batch"]
-            tpot, f, ps, t_mix, t_dec = _chunked_mix(c, run, I, O, ctx)
+            tpot, f, ps, t_mix, t_dec = _chunked_mix(c, run, Im, O, ctx, Ih, hit_load(size))
             c["interference"] = t_mix / t_dec
             mem = wbytes + costs.kv_bytes_per_device(s, prec, seqs=B + ps, ctx=I + O, tp=tp, dp=dp)
-            c["feasible"] = (f < 1) & (mem <= _cap(dev, eff)) & (B >= dp)
+            c["feasible"] = (f < 1) & (mem <= _cap(dev, eff)) & (B >= dp * ovl)
             rate = B / (O * tpot)
         elif role == "P":
             b, rho = c["pbatch"], c["rho"]
-            t = run(pre_seqs=b, pre_len=I)
-            x = I * _kv_total_bytes_per_token(s, prec) / (size * dev["net"] * eff.link)
-            exposed = np.maximum(x - t, 0.0) + x / s.n_layers
-            c["ttft"] = t + rho / (2 * (1 - rho)) * t + (b - 1) / (2 * rho * b) * t + exposed
+            t = run(pre_seqs=b, pre_len=Im, pre_prefix=Ih)
+            if Ih > 0:  # the hits' KV loaded layer by layer behind the pass
+                t = t + costs.kv_transfer_exposed(s, prec, eff, seqs=b, tokens=Ih, t_pass=t, devices=size,
+                                                  net=wl.hit_bw / eff.link)
+            exposed = costs.kv_transfer_exposed(s, prec, eff, seqs=b, tokens=I, t_pass=t, devices=size,
+                                                net=dev["net"])
+            c["ttft"] = prefill_ttft(t, rho, b, exposed)
             mem = wbytes + costs.kv_bytes_per_device(s, prec, seqs=b, ctx=I, tp=tp, dp=dp)
-            c["feasible"] = mem <= _cap(dev, eff)
+            c["feasible"] = (mem <= _cap(dev, eff)) & (b >= ovl)
             rate = rho * b / t
         else:
             B = c["batch"]
             t = run(dec_seqs=B, dec_ctx=ctx)
             c["tpot"] = t
             mem = wbytes + costs.kv_bytes_per_device(s, prec, seqs=B, ctx=I + O, tp=tp, dp=dp)
-            c["feasible"] = (mem <= _cap(dev, eff)) & (B >= dp)
+            c["feasible"] = (mem <= _cap(dev, eff)) & (B >= dp * ovl)
             rate = B / (O * t)
         c["hw"] = dev["name"]  # scalar: unit_candidates turns it into an index into its device list
         return _finish(c, rate, size, size * dev["price"])
@@ -256,16 +322,19 @@ def role_candidates(role, model, wl: Workload, hw, *, prec: Precision, eff: Effi
                                    scaleup=g.af_over_scaleup, **kw)
     if role == "AF":
         B = c["batch"]
-        tpot, f, ps, t_mix, t_dec = _chunked_mix(c, run, I, O, ctx)
+        tpot, f, ps, t_mix, t_dec = _chunked_mix(c, run, Im, O, ctx, Ih, hit_load(n_a))
         kvb = costs.kv_bytes_per_device(s, prec, seqs=B + ps, ctx=I + O, tp=tp, dp=dp)
         c["feasible"] = (f < 1) & (wa + kvb <= _cap(da, eff)) & (wf <= _cap(df, eff)) & (B >= dp * m)
         rate = B / (O * tpot)
     elif role == "PAF":
         b, rho = c["pbatch"], c["rho"]
-        t = run(pre_seqs=b, pre_len=I)
-        x = I * _kv_total_bytes_per_token(s, prec) / (n_a * da["net"] * eff.link)
-        exposed = np.maximum(x - t, 0.0) + x / s.n_layers
-        c["ttft"] = t + rho / (2 * (1 - rho)) * t + (b - 1) / (2 * rho * b) * t + exposed
+        t = run(pre_seqs=b, pre_len=Im, pre_prefix=Ih)
+        if Ih > 0:
+            t = t + costs.kv_transfer_exposed(s, prec, eff, seqs=b, tokens=Ih, t_pass=t, devices=n_a,
+                                              net=wl.hit_bw / eff.link)
+        exposed = costs.kv_transfer_exposed(s, prec, eff, seqs=b, tokens=I, t_pass=t, devices=n_a,
+                                            net=da["net"])
+        c["ttft"] = prefill_ttft(t, rho, b, exposed)
         kvb = costs.kv_bytes_per_device(s, prec, seqs=b, ctx=I, tp=tp, dp=dp)
         c["feasible"] = (wa + kvb <= _cap(da, eff)) & (wf <= _cap(df, eff)) & (b >= m)
         rate = rho * b / t
@@ -283,7 +352,8 @@ def role_candidates(role, model, wl: Workload, hw, *, prec: Precision, eff: Effi
 # ------------------------------------------------------------------------------------- modes
 
 MODE_UNITS = {"C": (("C", "C"),), "PD": (("P", "P"), ("D", "D")), "AF": (("AF", ("A", "F")),),
-              "3-way": (("P", "P"), ("DAF", ("DA", "DF"))), "PDAF": (("PAF", ("PA", "PF")), ("DAF", ("DA", "DF")))}
+              "3-way": (("P", "P"), ("DAF", ("DA", "DF"))),
+              "PDAF": (("PAF", ("PA", "PF")), ("DAF", ("DA", "DF")))}
 
 
 def default_hardware(device: str | list) -> dict:
@@ -324,9 +394,31 @@ def unit_candidates(unit, roles, model, wl, hardware, **kw):
     return out
 
 
+def reprice(c: dict, prices: dict) -> dict:
+    """A unit's candidates (:func:`unit_candidates`) with every device priced from ``prices`` (device
+    name -> USD): ``dollars`` and ``usd_per_rate`` recomputed, everything else shared (the
+    throughputs do not depend on prices, so one pricing of the candidates serves every price model)."""
+    names = c["_hw"]
+    if "hw" in names[0]:
+        per = np.array([prices[h["hw"]] for h in names])[c["hw_idx"]]
+        dollars = c["devices"] * per
+    else:
+        pa = np.array([prices[h["hw_a"]] for h in names])[c["hw_idx"]]
+        pf = np.array([prices[h["hw_f"]] for h in names])[c["hw_idx"]]
+        dollars = c["n_a"] * pa + c["n_f"] * pf
+    return {**c, "dollars": dollars, "usd_per_rate": dollars / c["rate"]}
+
+
 @dataclass
 class Plan:
-    """The best plan of a mode (or why there is none)."""
+    """The best plan of a mode (or why there is none).
+
+    ``tokens_per_s_per_device``: output tokens/s per device of the whole plan (pools rate-matched);
+    ``tokens_per_s_per_kusd``: the same per 1,000 USD of device price; ``ttft_s``, ``tpot_s``: mean
+    latencies (s) of the screen; ``units``: one dict per unit (configuration, ``rate`` requests/s of one
+    instance, ``devices`` per instance, ``device_share`` of the plan); ``edges``: the grid edges the
+    chosen configuration sits on (a better plan may lie beyond them); ``input_tokens``,
+    ``output_tokens``: the workload's means."""
 
     mode: str
     feasible: bool
@@ -337,11 +429,25 @@ class Plan:
     tpot_s: float = float("nan")
     units: list = field(default_factory=list)  # one dict per unit: configuration + share of devices
     candidates: int = 0
+    edges: list = field(default_factory=list)
+    input_tokens: float = float("nan")
+    output_tokens: float = float("nan")
+
+    def pool_throughput(self) -> dict:
+        """Throughput per device of each pool, as operators publish it (tokens/s per device): output
+        tokens of a decode-side pool (units with a TPOT: ``C``, ``D``, ``AF``, ``DAF``), input tokens of a
+        prefill pool (``P``, ``PAF``), per device of one of its instances."""
+        out = {}
+        for u in self.units:
+            per_req = self.output_tokens if "tpot" in u else self.input_tokens
+            out[u["unit"]] = u["rate"] * per_req / u["devices"]
+        return out
 
     def __repr__(self):
         if not self.feasible:
             return f"Plan({self.mode}: infeasible — {self.reason})"
-        return (f"Plan({self.mode}: {self.tokens_per_s_per_device:.4g} tok/s/device, TTFT {self.ttft_s*1e3:.0f} ms, "
+        return (f"Plan({self.mode}: {self.tokens_per_s_per_device:.4g} tok/s/device, "
+                f"TTFT {self.ttft_s*1e3:.0f} ms, "
                 f"TPOT {self.tpot_s*1e3:.1f} ms)")
 
 
@@ -354,8 +460,12 @@ def _pick(c, i):
 
 def best_plan(mode, model, wl: Workload, slo: SLO, hardware: dict, *, budget: int = 64,
               objective: str = "device", prec: Precision = Precision(), eff: Efficiency = Efficiency(),
-              grid: Grid = Grid(), enforce_context: bool = True, _cands=None) -> Plan:
+              grid: Grid = Grid(), enforce_context: bool = True, whole_instances: bool = False, _cands=None,
+              _top: int = 0) -> Plan:
     """The best plan of ``mode`` for ``model`` on ``wl`` under ``slo`` within ``budget`` devices.
+
+    Pools are rate-matched continuously (fractional pools), unless ``whole_instances``: then each
+    unit gets a whole number of instances within the budget (:func:`whole_instance_cost`).
 
     ``objective``: ``"device"`` (output tokens/s per device) or ``"dollar"`` (per USD of devices).
     A mode that no candidate can run within the SLOs returns ``Plan(feasible=False, reason=...)``,
@@ -371,7 +481,8 @@ def best_plan(mode, model, wl: Workload, slo: SLO, hardware: dict, *, budget: in
     _check_hardware(hardware, mode)
     s = model if isinstance(model, costs.Shape) else costs.shape(model)
     if enforce_context and wl.input_tokens + wl.output_tokens > s.max_context:
-        return Plan(mode, False, f"{wl.input_tokens + wl.output_tokens:,.0f} tokens exceed {s.name}'s context "
+        return Plan(mode, False, f"{wl.input_tokens + wl.output_tokens:,.0f} tokens exceed {s.name}'s "
+                    "context "
                     f"window of {s.max_context:,.0f}")
     cands = _cands if _cands is not None else mode_candidates(mode, s, wl, hardware, budget=budget,
                                                                prec=prec, eff=eff, grid=grid)
@@ -382,7 +493,7 @@ def best_plan(mode, model, wl: Workload, slo: SLO, hardware: dict, *, budget: in
                 raise SearchError("objective 'dollar' needs a price for every device; "
                                   "data/hardware.csv or data/npu_design_points.csv lacks one")
     n_total = sum(len(c["rate"]) for c in cands)
-    best_idx, best_cost, why = [], [], []
+    best_idx, why = [], []
     for (unit, _), c in zip(MODE_UNITS[mode], cands):
         ok = c["feasible"] & np.isfinite(c[key])
         if not ok.any():
@@ -412,20 +523,81 @@ def best_plan(mode, model, wl: Workload, slo: SLO, hardware: dict, *, budget: in
         idx = np.flatnonzero(ok)
         order = idx[np.lexsort((c[key][idx], c["devices"][idx]))]
         dv = c["devices"][order]
-        first = np.r_[True, dv[1:] != dv[:-1]]
-        per_unit.append((order[first], c))
-    best = None
+        rank = np.arange(len(dv)) - np.searchsorted(dv, dv, side="left")  # rank within its instance size
+        per_unit.append((order[rank < max(_top, 1)], c))
+    combos = []
     for combo in itertools.product(*[list(ix) for ix, _ in per_unit]):
         devs = sum(c["devices"][i] for i, (_, c) in zip(combo, per_unit))
         if devs > budget:
             continue
-        cost = sum(c[key][i] for i, (_, c) in zip(combo, per_unit))
-        if best is None or cost < best[0]:
-            best = (cost, combo)
-    if best is None:
-        return Plan(mode, False, f"the units' smallest feasible instances need more than {budget} devices together",
+        if whole_instances:
+            cost, counts = whole_instance_cost([(c["devices"][i], c[key][i] * c["rate"][i], c["rate"][i])
+                                                for i, (_, c) in zip(combo, per_unit)], budget)
+            combos.append((cost, combo, counts))
+        else:
+            combos.append((sum(c[key][i] for i, (_, c) in zip(combo, per_unit)), combo, None))
+    if not combos:
+        return Plan(mode, False,
+                    f"the units' smallest feasible instances need more than {budget} devices together",
                     candidates=n_total)
-    cost, combo = best
+    combos.sort(key=lambda x: x[0])
+    if _top:
+        return [_assemble(mode, combo, per_unit, wl, n_total, grid.limited(budget), budget, counts)
+                for _, combo, counts in combos[:_top]]
+    _, combo, counts = combos[0]
+    return _assemble(mode, combo, per_unit, wl, n_total, grid.limited(budget), budget, counts)
+
+
+def whole_instance_cost(units, budget):
+    """Cost per request of whole instances within ``budget`` devices: ``units`` gives per unit
+    ``(devices per instance, cost per instance, requests/s per instance)`` (cost in devices or USD);
+    with ``n_u`` instances the deployment serves ``min_u(n_u * rate_u)`` requests/s at a cost of
+    ``sum_u n_u * cost_u``. Returns the least cost per request/s and the counts. One unit: one
+    instance (the cost per request does not depend on how many). Two units: every count of the first
+    that fits, and the two counts of the second nearest to rate matching."""
+    if len(units) == 1:
+        d, c, r = units[0]
+        return c / r, (1,)
+    (d1, c1, r1), (d2, c2, r2) = units
+    best = (math.inf, None)
+    for n1 in range(1, int((budget - d2) // d1) + 1):
+        cap2 = int((budget - n1 * d1) // d2)
+        want = n1 * r1 / r2
+        for n2 in {max(1, min(cap2, math.floor(want))), max(1, min(cap2, math.ceil(want)))}:
+            cost = (n1 * c1 + n2 * c2) / min(n1 * r1, n2 * r2)
+            if cost < best[0]:
+                best = (cost, (n1, n2))
+    return best
+
+
+def top_plans(mode, model, wl: Workload, slo: SLO, hardware: dict, k: int = 5, **kw) -> list:
+    """The ``k`` best plans of ``mode`` by the analytic screen (best first; up to ``k`` configurations
+    per instance size and unit are combined), e.g. to re-rank with :func:`analysis.disagg.des.simulate`.
+    Keywords as :func:`best_plan`; an infeasible mode gives ``[Plan(feasible=False, ...)]``."""
+    out = best_plan(mode, model, wl, slo, hardware, _top=int(k), **kw)
+    return out if isinstance(out, list) else [out]
+
+
+EDGE_AXES = {"size": "sizes", "n_a": "sizes", "n_f": "sizes", "tp": "tps", "batch": "batches",
+             "chunk": "chunks", "pbatch": "prefill_batches", "m": "microbatches", "ovl": "overlaps"}
+
+
+def grid_edges(units, grid: Grid, budget: int) -> list:
+    """``unit.axis`` for every chosen value at the top of its grid axis (a better plan may lie beyond;
+    1-valued axes and the smallest values are not edges worth reporting), and ``budget`` when one
+    instance of every unit together fills the device budget."""
+    out = []
+    for u in units:
+        for k, ax in EDGE_AXES.items():
+            vals = getattr(grid, ax)
+            if k in u and len(vals) > 1 and u[k] >= max(vals):
+                out.append(f"{u['unit']}.{k}")
+    if sum(u["devices"] for u in units) >= budget:
+        out.append("budget")
+    return out
+
+
+def _assemble(mode, combo, per_unit, wl, n_total, grid=None, budget=None, counts=None) -> Plan:
     units, dev_cost, usd_cost, ttft, tpot = [], 0.0, 0.0, 0.0, 0.0
     for (unit, roles), i, (_, c) in zip(MODE_UNITS[mode], combo, per_unit):
         u = _pick(c, i)
@@ -435,10 +607,21 @@ def best_plan(mode, model, wl: Workload, slo: SLO, hardware: dict, *, budget: in
         ttft = u.get("ttft", ttft) if "ttft" in u else ttft
         tpot = u.get("tpot", tpot) if "tpot" in u else tpot
         units.append(u)
-    for u in units:
-        u["device_share"] = u["dev_per_rate"] / dev_cost
+    if counts is not None:  # whole instances: the slowest pool sets the rate of the deployment
+        rate = min(n * u["rate"] for n, u in zip(counts, units))
+        devs = sum(n * u["devices"] for n, u in zip(counts, units))
+        dev_cost = devs / rate
+        usd_cost = sum(n * u["dollars"] for n, u in zip(counts, units)) / rate
+        for n, u in zip(counts, units):
+            u["instances"] = n
+            u["device_share"] = n * u["devices"] / devs
+    else:
+        for u in units:
+            u["device_share"] = u["dev_per_rate"] / dev_cost
     O = float(wl.output_tokens)
-    return Plan(mode, True, "", O / dev_cost, O / usd_cost * 1e3, ttft, tpot, units, n_total)
+    edges = grid_edges(units, grid, budget) if grid is not None else []
+    return Plan(mode, True, "", O / dev_cost, O / usd_cost * 1e3, ttft, tpot, units, n_total, edges,
+                float(wl.input_tokens), O)
 
 
 def mode_candidates(mode, model, wl, hardware, *, budget, prec, eff, grid, _memo=None):
@@ -469,7 +652,8 @@ def best_plans(model, wl, slo, hardware, modes=MODES, **kw) -> dict:
         cands = None
         if not (kw.get("enforce_context", True) and wl.input_tokens + wl.output_tokens > s.max_context):
             _check_hardware(hardware, m)
-            cands = mode_candidates(m, s, wl, hardware, budget=kw.get("budget", 64), prec=kw.get("prec", Precision()),
+            cands = mode_candidates(m, s, wl, hardware, budget=kw.get("budget", 64),
+                                    prec=kw.get("prec", Precision()),
                                     eff=kw.get("eff", Efficiency()), grid=kw.get("grid", Grid()), _memo=memo)
         out[m] = best_plan(m, model, wl, slo, hardware, _cands=cands, **kw)
     return out
@@ -478,7 +662,6 @@ def best_plans(model, wl, slo, hardware, modes=MODES, **kw) -> dict:
 def pareto(mode, model, wl, ttft_s, tpot_grid, hardware, **kw):
     """Best tokens/s per device of ``mode`` at each TPOT SLO of ``tpot_grid`` (TTFT SLO fixed):
     the Pareto front of throughput per device against TPOT. NaN where no plan meets the SLO."""
-    kw2 = {k: v for k, v in kw.items() if k in ("budget", "prec", "eff", "grid")}
     cands = mode_candidates(mode, model, wl, hardware, budget=kw.get("budget", 64),
                             prec=kw.get("prec", Precision()), eff=kw.get("eff", Efficiency()),
                             grid=kw.get("grid", Grid()))

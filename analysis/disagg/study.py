@@ -4,15 +4,16 @@ the Mooncake-trace workload and the validation against measured runs."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace as _dc_replace
 
 import numpy as np
 import pandas as pd
 
-from .. import specs
 from .. import forward as costs
-from . import devices, search as S, validate as V
+from .. import specs
 from ..forward import Efficiency, Precision
+from . import devices
+from . import search as S
+from . import validate as V
 
 PAPER_MODELS = ["Llama-3.1-405B", "Qwen3-235B-A22B", "GLM-4.6", "DeepSeek-V3", "Llama-4-Scout",
                 "Llama-4-Maverick", "gpt-oss-120b"]
@@ -25,12 +26,20 @@ def slo_for(input_tokens, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s) -> S.
     return S.SLO(ttft_slo_s + ttft_slo_s_per_1k_input * input_tokens / 1000.0, tpot_slo_s)
 
 
+OVERLAPS = (1, 2)  # the chapter searches communication/compute overlap with two micro-batches
+
+
+def gpu_grid(af_over_scaleup=True) -> S.Grid:
+    """The chapter's grid on GPUs: the default grid plus two-micro-batch overlap in C, P and D."""
+    return S.Grid(af_over_scaleup=af_over_scaleup, overlaps=OVERLAPS)
+
+
 def npu_grid(af_over_scaleup=True) -> S.Grid:
     """A coarser grid for searches over device *types* (each A/F unit tries every pair of design
     points, so the configuration grid is thinned to keep the chapter within its time budget)."""
     return S.Grid(sizes=(1, 2, 4, 8, 16, 32), batches=(1, 4, 16, 64, 256, 1024, 4096),
                   chunks=(1024, 4096, 16384), prefill_batches=(1, 4, 16), utilisations=(0.6, 0.85),
-                  microbatches=(1, 2), af_over_scaleup=af_over_scaleup)
+                  microbatches=(1, 2), af_over_scaleup=af_over_scaleup, overlaps=OVERLAPS)
 
 
 def hardware_sets(gpus, npu_points, role_hardware=None) -> dict:
@@ -64,24 +73,59 @@ def attention_share(model, input_tokens, output_tokens, device="H100-SXM5-80GB",
 
 
 def _plan_row(p: S.Plan):
-    units = [{k: v for k, v in u.items() if k in ("unit", "size", "tp", "n_a", "n_f", "batch", "pbatch", "chunk",
-                                                   "m", "rho", "hw", "hw_a", "hw_f", "device_share", "devices")}
-             for u in p.units]
+    keep = ("unit", "size", "tp", "n_a", "n_f", "batch", "pbatch", "chunk", "m", "ovl", "rho", "hw", "hw_a",
+            "hw_f", "device_share", "devices", "instances")
+    units = [{k: v for k, v in u.items() if k in keep} for u in p.units]
     return {"feasible": p.feasible, "reason": p.reason, "tps_device": p.tokens_per_s_per_device,
             "tps_kusd": p.tokens_per_s_per_kusd, "ttft_s": p.ttft_s, "tpot_s": p.tpot_s,
-            "units": json.dumps(units, default=float), "candidates": p.candidates}
+            "units": json.dumps(units, default=float), "candidates": p.candidates, "edges": ",".join(p.edges)}
 
 
 def run_cell(model, hw_name, hardware, wl, slo, *, budget, precision, objective, grid, enforce_context,
-             eff=Efficiency()):
+             eff=Efficiency(), price_models=None, whole=()):
+    """Best plan of every mode for one model, hardware set and workload (rows of the sweep).
+    ``price_models``: optional ``{hardware-set name: {device: USD}}``; the candidates are priced once
+    and re-priced per model (:func:`.search.reprice`), one set of rows per name (objective dollar);
+    names in ``whole`` are searched with whole instances instead of rate-matched pools."""
     rows = []
-    plans = S.best_plans(model, wl, slo, hardware, budget=budget, objective=objective,
-                         prec=Precision.named(precision), eff=eff, grid=grid, enforce_context=enforce_context)
+    name = model if isinstance(model, str) else model.name
+    kw = dict(budget=budget, prec=Precision.named(precision), eff=eff, grid=grid,
+              enforce_context=enforce_context)
+    if price_models:
+        s = costs.shape(model)
+        memo, cands = {}, {}
+        if not (enforce_context and wl.input_tokens + wl.output_tokens > s.max_context):
+            for mode in S.MODES:
+                cands[mode] = S.mode_candidates(mode, s, wl, hardware, budget=budget, prec=kw["prec"],
+                                                eff=eff, grid=grid, _memo=memo)
+        for set_name, prices in price_models.items():
+            for mode in S.MODES:
+                cc = [S.reprice(c, prices) for c in cands[mode]] if mode in cands else None
+                p = S.best_plan(mode, s, wl, slo, hardware, objective="dollar", _cands=cc,
+                                whole_instances=set_name in whole, **kw)
+                rows.append({"model": name, "hardware": set_name, "input_tokens": wl.input_tokens,
+                             "output_tokens": wl.output_tokens, "mode": mode, "objective": "dollar",
+                             **_plan_row(p)})
+        return rows
+    plans = S.best_plans(model, wl, slo, hardware, objective=objective, **kw)
     for mode, p in plans.items():
-        rows.append({"model": model if isinstance(model, str) else model.name, "hardware": hw_name,
-                     "input_tokens": wl.input_tokens, "output_tokens": wl.output_tokens, "mode": mode,
-                     "objective": objective, **_plan_row(p)})
+        rows.append({"model": name, "hardware": hw_name, "input_tokens": wl.input_tokens,
+                     "output_tokens": wl.output_tokens, "mode": mode, "objective": objective, **_plan_row(p)})
     return rows
+
+
+NPU_SET = "NPU design points"
+PRICE_SET_NAMES = {"linear": NPU_SET, "power-law": f"{NPU_SET} (power-law prices)",
+                   "gpu-fit": f"{NPU_SET} (GPU-fit prices)"}
+WHOLE_SET = f"{NPU_SET} (whole instances)"  # listed prices, whole instances within the budget
+
+
+def npu_price_models(npu_points) -> dict:
+    """Hardware-set name -> prices of the NPU design points under each price model."""
+    out = {PRICE_SET_NAMES[m]: {k: v for k, v in devices.npu_prices(m).items() if k in npu_points}
+           for m in devices.PRICE_MODELS}
+    out[WHOLE_SET] = out[NPU_SET]
+    return out
 
 
 def ratio_sweep(models, gpus, npu_points, ratios, output_tokens, *, ttft_slo_s, ttft_slo_s_per_1k_input,
@@ -93,14 +137,17 @@ def ratio_sweep(models, gpus, npu_points, ratios, output_tokens, *, ttft_slo_s, 
     tasks = []
     for hw_name, hw in sets.items():
         npu = hw_name == "NPU design points"
-        grid = npu_grid(af_over_scaleup) if npu else S.Grid(af_over_scaleup=af_over_scaleup)
+        grid = npu_grid(af_over_scaleup) if npu else gpu_grid(af_over_scaleup)
         for model in models:
             for r in ratios:
                 wl = S.Workload(max(1.0, round(r * output_tokens)), output_tokens)
                 slo = slo_for(wl.input_tokens, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s)
                 tasks.append(((model, hw_name, hw, wl, slo),
-                              dict(budget=budget, precision=precision, objective="dollar" if npu else "device",
-                                   grid=grid, enforce_context=enforce_context), r))
+                              dict(budget=budget, precision=precision,
+                                   objective="dollar" if npu else "device", grid=grid,
+                                   enforce_context=enforce_context,
+                                   price_models=npu_price_models(npu_points) if npu else None,
+                                   whole=(WHOLE_SET,)), r))
     rows = []
     for (args, kw, r), cell in zip(tasks, parallel_map(run_cell_task, [(a, k) for a, k, _ in tasks], jobs)):
         for row in cell:
@@ -150,7 +197,8 @@ def ablation(base_model, ratios, output_tokens, *, gpu, ttft_slo_s, ttft_slo_s_p
     for kvh in sorted({1, 4, 16, m.n_kv_heads, m.n_heads}):
         if m.n_heads % kvh == 0 and m.attention != "mla":
             att = "mha" if kvh == m.n_heads else "gqa"
-            variants.append(("KV heads", kvh, m.replace(name=f"{m.name} kv={kvh}", n_kv_heads=kvh, attention=att)))
+            variants.append(("KV heads", kvh, m.replace(name=f"{m.name} kv={kvh}", n_kv_heads=kvh,
+                                                        attention=att)))
     rows = []
     hw = S.default_hardware(gpu)
     for axis, val, spec in variants:
@@ -158,8 +206,8 @@ def ablation(base_model, ratios, output_tokens, *, gpu, ttft_slo_s, ttft_slo_s_p
             wl = S.Workload(max(1.0, round(r * output_tokens)), output_tokens)
             slo = slo_for(wl.input_tokens, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s)
             share = attention_share(spec, wl.input_tokens, wl.output_tokens, gpu, precision)
-            for row in run_cell(spec, gpu, hw, wl, slo, budget=budget, precision=precision, objective="device",
-                                grid=S.Grid(af_over_scaleup=af_over_scaleup), enforce_context=False):
+            for row in run_cell(spec, gpu, hw, wl, slo, budget=budget, precision=precision,
+                                objective="device", grid=gpu_grid(af_over_scaleup), enforce_context=False):
                 row.update(axis=axis, value=val, ratio=r, attention_share=share)
                 rows.append(row)
     return add_speedup(pd.DataFrame(rows), ["model", "ratio"])
@@ -172,19 +220,92 @@ def pareto_fronts(model, ratio, output_tokens, *, hardware_name, hardware, tpot_
     rows = []
     for mode in S.MODES:
         tps = S.pareto(mode, model, wl, ttft, tpot_grid, hardware, budget=budget,
-                       prec=Precision.named(precision), grid=S.Grid(af_over_scaleup=af_over_scaleup),
+                       prec=Precision.named(precision), grid=gpu_grid(af_over_scaleup),
                        enforce_context=False)
         rows += [{"mode": mode, "tpot_slo_s": t, "tps_device": v} for t, v in zip(tpot_grid, tps)]
     return pd.DataFrame(rows)
 
 
 def mooncake_workload():
-    """Mean input and output lengths of the Mooncake conversation trace (chapter 2's reader)."""
+    """Mean input and output lengths of the Mooncake conversation trace (chapter 2's reader) and its
+    prefix-hit share with an unbounded cache (input blocks seen before / all input blocks; the trace's
+    block hashes chain a block to its prefix, so a seen block means a cached prefix)."""
     from ..traces import load_trace
 
     t = load_trace("mooncake_conversation")
+    sm = t.summary()
     return {"input_tokens": float(np.mean(t.input_tokens)), "output_tokens": float(np.mean(t.output_tokens)),
-            "requests": int(t.n_requests), "input_p90": float(np.percentile(t.input_tokens, 90))}
+            "requests": int(t.n_requests), "input_p90": float(np.percentile(t.input_tokens, 90)),
+            "prefix_hit": 1.0 - sm["unique_blocks"] / sm["blocks"]}
+
+
+GPU_MIX = "GPUs mixed per role (per dollar)"
+
+
+def mooncake_cells(workload, models, gpus, npu_points, role_hardware, *, ttft_slo_s, ttft_slo_s_per_1k_input,
+                   tpot_slo_s, budget, precision, af_over_scaleup, enforce_context, jobs=2) -> pd.DataFrame:
+    """Best plan of every mode at the Mooncake trace's mean lengths (``workload``: dict with
+    ``input_tokens`` and ``output_tokens``), for every model x hardware set, with speedups; with two
+    GPUs or more also heterogeneous pairs (every role picks its GPU, per dollar, :data:`GPU_MIX`)."""
+    sets = hardware_sets(gpus, npu_points, role_hardware or None)
+    if len(gpus) > 1:  # heterogeneous pairs: each role picks its GPU, compared per dollar
+        sets[GPU_MIX] = S.default_hardware(list(gpus))
+    wl = S.Workload(round(workload["input_tokens"]), round(workload["output_tokens"]))
+    slo = slo_for(wl.input_tokens, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s)
+    tasks = []
+    for hw_name, hw in sets.items():
+        npu = hw_name in ("NPU design points", GPU_MIX)
+        grid = npu_grid(af_over_scaleup) if npu else gpu_grid(af_over_scaleup)
+        for m in models:
+            tasks.append(((m, hw_name, hw, wl, slo),
+                          dict(budget=budget, precision=precision, objective="dollar" if npu else "device",
+                               grid=grid, enforce_context=enforce_context)))
+    h = float(workload.get("prefix_hit", 0.0))
+    if h > 0 and gpus:  # the same on the first GPU with the trace's prefix hits loaded over the NIC
+        g0 = gpus[0]
+        wl_h = S.Workload(wl.input_tokens, wl.output_tokens, prefix_hit=h, hit_bw=devices.device(g0)["net"])
+        for m in models:
+            tasks.append(((m, f"{g0} + prefix hits", S.default_hardware(g0), wl_h, slo),
+                          dict(budget=budget, precision=precision, objective="device",
+                               grid=gpu_grid(af_over_scaleup), enforce_context=enforce_context)))
+    cells = parallel_map(run_cell_task, tasks, jobs)
+    return add_speedup(pd.DataFrame([row for cell in cells for row in cell]), ["model", "hardware"])
+
+
+def production_cells(device="H800-SXM5-80GB", budget=256,
+                     eff_calibrated: Efficiency | None = None) -> pd.DataFrame:
+    """The validation cells against StepFun's Step-3 report (see :mod:`.production`): simulated
+    decode tokens/s per GPU of Step-3 with AFD and with plain EP decode, and of DeepSeek-V3 with EP
+    decode, next to the published figures. With ``eff_calibrated`` each cell is computed with the
+    stated default efficiencies (``raw``) and the calibrated ones side by side; the error and the
+    verdict use the calibrated figure (the raw one otherwise)."""
+    from .. import data
+    from . import production as P
+    from . import verdicts as VD
+
+    rows = []
+    for model, mode, key in [("Step-3", "AFD", "stepfun_step3_afd_tps_per_gpu"),
+                             ("DeepSeek-V3", "D", "stepfun_dsv3_tps_per_gpu"),
+                             ("Step-3", "D", None)]:
+        raw = P.decode_throughput(model, device, mode, budget=budget)
+        r = (P.decode_throughput(model, device, mode, budget=budget, eff=eff_calibrated) if eff_calibrated
+             else raw)
+        pub = data.published(key)["value"] if key else float("nan")
+        sim = r["tokens_per_s_per_device"]
+        rows.append({"model": model, "mode": mode, "raw": raw["tokens_per_s_per_device"], "simulated": sim,
+                     "published": pub, "error": sim / pub - 1 if key else float("nan"),
+                     "verdict": VD.verdict_validation(sim, pub) if key else "",
+                     "tpot_ms": r["tpot_s"] * 1e3, "config": json.dumps(r["config"], default=float),
+                     "grid_edge": r.get("grid_edge", False)})
+    return pd.DataFrame(rows)
+
+
+def calibrated_efficiency(cal, system="h100_sxm", backend="trtllm") -> Efficiency:
+    """The stated efficiencies with one GPU's fitted compute and bandwidth efficiency and one backend's
+    fitted step and per-layer overheads (:class:`.validate.Calibration`)."""
+    return Efficiency().replace(compute=float(cal.compute[system]), bandwidth=float(cal.bandwidth[system]),
+                                step_overhead_s=float(cal.step_overhead_s[backend]),
+                                layer_overhead_s=float(cal.layer_overhead_s[backend]))
 
 
 def validation(max_nfev=40):
@@ -195,3 +316,47 @@ def validation(max_nfev=40):
     raw = V.predict(rows, V.Calibration())
     assumed = V.predict(V.load_rows(assume_workers=True), cal)
     return {"rows": rows, "calibration": cal, "pred": pred, "uncalibrated": raw, "assumed_workers": assumed}
+
+
+NO_CHUNK = "C, no chunked prefill"  # the colocated baseline as vLLM ran it by default
+
+
+def tail_rerank(model, gpu, *, k, load, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s, budget, precision,
+                af_over_scaleup, seed=0) -> pd.DataFrame:
+    """Each mode's ``k`` best plans by the analytic screen on the Mooncake conversation trace (its
+    length distribution and arrival times), replayed by the event simulation at ``load`` times each
+    plan's capacity and judged at the 90th percentile of TTFT and TPOT (:func:`.des.rerank`); the
+    colocated plans are also replayed without chunked prefill (mode :data:`NO_CHUNK`)."""
+    from ..traces import load_trace
+    from . import des
+
+    t = load_trace("mooncake_conversation")
+    wl = S.Workload.from_lengths(t.input_tokens, t.output_tokens)
+    slo = slo_for(wl.input_tokens, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s)
+    rows = []
+    for mode, chunked in [(m, True) for m in S.MODES] + [("C", False)]:
+        for r in des.rerank(mode, model, wl, slo, S.default_hardware(gpu), k=k, budget=budget, load=load,
+                            trace_s=t.arrival_s, seed=seed, prec=Precision.named(precision),
+                            grid=gpu_grid(af_over_scaleup), chunked=chunked):
+            p = r.pop("plan")
+            rows.append({"mode": mode if chunked else NO_CHUNK,
+                         **{k_: v for k_, v in r.items() if k_ != "instances"},
+                         "instances": json.dumps(r.get("instances", {})), "ttft_s": p.ttft_s,
+                         "tpot_s": p.tpot_s, "ttft_slo_s": slo.ttft_s, "tpot_slo_s": slo.tpot_s})
+    return pd.DataFrame(rows)
+
+
+def reranked_best(tail: pd.DataFrame) -> pd.DataFrame:
+    """Per mode: the screen's best throughput per device (rate-matched pools) and, among the ``k``
+    plans whose simulated 90th percentiles meet the SLOs, the best throughput per device their whole
+    instances serve in the simulation (NaN if none does), each as a speedup over C's."""
+    out = []
+    for mode, d in tail.groupby("mode", sort=False):
+        ok = d[d["feasible"] & d["meets_p90"].fillna(False).astype(bool)]
+        out.append({"mode": mode, "screen": float(d["tps_device"].max()) if d["feasible"].any() else np.nan,
+                    "simulated": float(ok["des_tps_device"].max()) if len(ok) else np.nan,
+                    "plans_meeting_p90": int(len(ok)), "plans": int(d["feasible"].sum())})
+    df = pd.DataFrame(out).set_index("mode")
+    df["screen_speedup"] = df["screen"] / df.loc["C", "screen"] if "C" in df.index else np.nan
+    df["simulated_speedup"] = df["simulated"] / df.loc["C", "simulated"] if "C" in df.index else np.nan
+    return df

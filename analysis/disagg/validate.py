@@ -262,9 +262,8 @@ def _disagg(s, g, eff, prec, dev, cal):
     pseqs = pbs * dpp
     t_p = costs.colocated_pass_time(s, prec, eff, dev, tp=tpp, dp=dpp, pre_seqs=pseqs, pre_len=I)
     mu_p = Wp * pseqs / t_p
-    kvtok = (s.n_full + s.n_sliding) * s.kv_elems * prec.kv_bytes
-    x = I * kvtok / (tpp * dpp * dev["net"] * eff.link)
-    exposed = np.maximum(x - t_p, 0) + x / s.n_layers
+    exposed = costs.kv_transfer_exposed(s, prec, eff, seqs=pseqs, tokens=I, t_pass=t_p, devices=tpp * dpp,
+                                        net=dev["net"])
     nd = tpd * dpd
     w = costs.weight_bytes_per_device(s, prec, tp=tpd, n=nd)
     kv1 = costs.kv_bytes_per_device(s, prec, seqs=1.0, ctx=I + O, tp=tpd, dp=1.0)
