@@ -37,9 +37,23 @@ class DataError(RuntimeError):
     """A data file is missing, corrupt or lacks provenance. The message says what to do."""
 
 
-@functools.lru_cache(maxsize=None)
+def _trace_read(rel: str) -> None:
+    """Append ``rel`` (a repo-relative file) to ``$KVBOOK_TRACE_READS`` when set: the record of
+    what a chapter really reads, which tests compare with :mod:`analysis.deps`' static list."""
+    log = os.environ.get("KVBOOK_TRACE_READS")
+    if log:
+        with open(log, "a") as fh:
+            fh.write(rel + "\n")
+
+
 def registry() -> dict:
     """The parsed ``data/registry.yaml`` (name -> entry)."""
+    _trace_read("data/registry.yaml")
+    return _registry()
+
+
+@functools.lru_cache(maxsize=None)
+def _registry() -> dict:
     if not REGISTRY_FILE.exists():
         raise DataError(f"{REGISTRY_FILE} is missing: this checkout is incomplete (git checkout -- data/).")
     with open(REGISTRY_FILE) as fh:
@@ -140,6 +154,7 @@ def table(name: str, *, provenance: bool = True) -> pd.DataFrame:
     With ``provenance=True`` every row must have a non-empty ``source`` and ``date``.
     """
     file = DATA_DIR / name
+    _trace_read(f"data/{name}")
     if not file.is_file():
         raise DataError(f"data table {file} is missing: restore it with `git checkout -- data/{name}`.")
     try:
