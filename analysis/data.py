@@ -183,3 +183,51 @@ def published(key: str) -> dict:
     row = hit.iloc[0].to_dict()
     row["value"] = float(row["value"])
     return row
+
+
+def fetch_all(*, download: bool | None = None, out=None) -> dict[str, Path | DataError]:
+    """Resolve (and, unless ``KVBOOK_OFFLINE`` is set, download) every registered file, verifying
+    its sha256; prints where each landed or why it is missing. Returns name -> path or error."""
+    import sys
+
+    out = out or sys.stdout
+    results: dict[str, Path | DataError] = {}
+    reg = registry()
+    for name in sorted(reg):
+        try:
+            p = path(name, download=download)
+            results[name] = p
+            print(f"ok       {name}: {p} (sha256 verified)", file=out)
+        except DataError as exc:
+            results[name] = exc
+            print(f"MISSING  {name}: {exc}", file=out)
+    bad = [n for n, r in results.items() if isinstance(r, DataError)]
+    print(f"{len(reg) - len(bad)} of {len(reg)} registered files present and verified"
+          + (f"; missing: {', '.join(bad)}" if bad else ""), file=out)
+    return results
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m analysis.data",
+                                 description="Fetch and verify the external files of data/registry.yaml.")
+    ap.add_argument("--fetch-all", action="store_true",
+                    help="resolve every registered file (download it unless KVBOOK_OFFLINE is set), verify "
+                         "its sha256 and say where it is (what `make data` runs)")
+    ap.add_argument("--offline", action="store_true",
+                    help="only check what is already here; download nothing")
+    a = ap.parse_args(argv)
+    if not a.fetch_all:
+        ap.print_help()
+        return 2
+    try:
+        results = fetch_all(download=False if a.offline else None)
+    except DataError as exc:
+        print(f"error: {exc}")
+        return 2
+    return 1 if any(isinstance(r, DataError) for r in results.values()) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
