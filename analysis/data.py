@@ -135,6 +135,22 @@ def path(name: str, *, download: bool | None = None) -> Path:
     )
 
 
+def content_id(source) -> str:
+    """sha256 of the content behind ``source``: a registered name (its verified checksum) or a file
+    path (absolute, or relative to the working directory or the repository). Key result caches of a
+    user-supplied file on this, never on its name: a different file under the same name must not
+    reuse another's result."""
+    s = str(source)
+    if s in registry():
+        return registry()[s]["sha256"]
+    p = Path(s).expanduser()
+    if not p.is_file() and not p.is_absolute() and (REPO_ROOT / p).is_file():
+        p = REPO_ROOT / p
+    if not p.is_file():
+        raise DataError(f"{s!r} is neither a registered name ({', '.join(sorted(registry()))}) nor a file")
+    return sha256(p)
+
+
 def describe(name: str) -> dict:
     """Registry entry of ``name`` plus where it resolved (for the appendix)."""
     entry = dict(registry()[name])

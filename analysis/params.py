@@ -176,10 +176,34 @@ def defaults(chapter: str) -> dict:
     return {k: p.default for k, p in schema(chapter).items()}
 
 
+def injected_names(namespace: dict) -> list[str]:
+    """Names assigned by the cell papermill injected into this kernel (``# Parameters``), read from
+    IPython's input history (``In``) in ``namespace``; empty outside IPython or without papermill."""
+    import ast
+
+    history = namespace.get("In")
+    if not isinstance(history, list):
+        return []
+    for src in reversed(history):
+        if isinstance(src, str) and src.lstrip().startswith("# Parameters\n"):
+            try:
+                tree = ast.parse(src)
+            except SyntaxError:
+                return []
+            return [t.id for node in tree.body if isinstance(node, ast.Assign)
+                    for t in node.targets if isinstance(t, ast.Name)]
+    return []
+
+
 def check(chapter: str, namespace: dict) -> dict:
     """Validate a chapter's parameters as they stand in ``namespace`` (the notebook's globals),
-    write the normalised values back, and return them."""
+    write the normalised values back, and return them. A name injected by papermill
+    (``papermill -p NAME VALUE``) that the schema does not know is an error, as with
+    ``analysis.rerun``: it would otherwise be silently ignored."""
     sch = schema(chapter)
+    unknown = [k for k in injected_names(namespace) if k not in sch]
+    if unknown:
+        validate(sch, {k: namespace.get(k) for k in unknown}, partial=True)  # raises, with close matches
     values = {k: namespace[k] for k in sch if k in namespace}
     missing = [k for k in sch if k not in namespace]
     if missing:

@@ -128,3 +128,15 @@ def test_fetch_all_says_where_each_file_is_and_fails_per_missing_file(tmp_path, 
     assert "1 of 2 registered files present and verified; missing: absent" in out
     res = data.fetch_all()
     assert isinstance(res["absent"], data.DataError) and res["present"] == tmp_path / "here" / "a.csv"
+
+
+def test_content_id_follows_content_not_name(tmp_path, monkeypatch):
+    f = tmp_path / "trace.jsonl"
+    f.write_text('{"timestamp": 0}\n')
+    a = data.content_id(f)
+    f.write_text('{"timestamp": 1}\n')  # same name, other content: another id
+    assert data.content_id(str(f)) != a
+    reg = data.registry()["mooncake_conversation"]
+    assert data.content_id("mooncake_conversation") == reg["sha256"]
+    with pytest.raises(data.DataError, match="neither a registered name"):
+        data.content_id(tmp_path / "nope.jsonl")
