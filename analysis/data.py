@@ -161,7 +161,47 @@ def describe(name: str) -> dict:
 
 @functools.lru_cache(maxsize=None)
 def _read_table(file: str, mtime_ns: int) -> pd.DataFrame:
-    return pd.read_csv(file, comment="#", skipinitialspace=True)
+    """Parse a table. Only lines *starting* with ``#`` are comments (a ``#`` inside a field, as in
+    "PR #28068", is data); blank lines are skipped. ``attrs["lines"]`` holds each row's line number
+    in the file (comment lines counted), ``attrs["file"]`` the repo-relative path: see :func:`where`."""
+    import csv
+    import io
+
+    kept, quoted = [], False  # quoted: inside a quoted field that spans lines (kept verbatim)
+    for n, ln in enumerate(Path(file).read_text(encoding="utf-8").splitlines(keepends=True), 1):
+        if quoted or not (ln.startswith("#") or not ln.strip()):
+            kept.append((n, ln))
+            quoted ^= ln.count('"') % 2 == 1
+    text = "".join(ln for _, ln in kept)
+    # the file line of each record's first line (quoted fields may span lines)
+    starts, reader = [], csv.reader(io.StringIO(text), skipinitialspace=True)
+    consumed = 0
+    for _ in reader:
+        starts.append(kept[consumed][0])
+        consumed = reader.line_num
+    df = pd.read_csv(io.StringIO(text), skipinitialspace=True, skip_blank_lines=False)
+    lines = starts[1:]  # the first record is the header
+    if len(lines) != len(df):  # cannot happen for a well-formed CSV; keep errors pointing somewhere
+        lines = [None] * len(df)
+    df.attrs["lines"] = lines
+    try:
+        df.attrs["file"] = Path(file).resolve().relative_to(REPO_ROOT).as_posix()
+    except ValueError:
+        df.attrs["file"] = str(file)
+    return df
+
+
+def where(df: pd.DataFrame, index) -> str:
+    """``"data/models.csv:17"``: the file and line (comment lines counted) of row ``index`` of a
+    table returned by :func:`table`, for error messages."""
+    lines = df.attrs.get("lines")
+    file = df.attrs.get("file", "?")
+    try:
+        pos = df.index.get_loc(index)
+        line = lines[pos] if lines else None
+    except (KeyError, IndexError, TypeError):
+        line = None
+    return f"{file}:{line}" if line is not None else f"{file} (row {index})"
 
 
 def table(name: str, *, provenance: bool = True) -> pd.DataFrame:
@@ -174,7 +214,9 @@ def table(name: str, *, provenance: bool = True) -> pd.DataFrame:
     if not file.is_file():
         raise DataError(f"data table {file} is missing: restore it with `git checkout -- data/{name}`.")
     try:
-        df = _read_table(str(file), file.stat().st_mtime_ns).copy()
+        cached = _read_table(str(file), file.stat().st_mtime_ns)
+        df = cached.copy()
+        df.attrs = {"lines": list(cached.attrs["lines"]), "file": cached.attrs["file"]}
     except Exception as exc:
         raise DataError(f"data table {file} cannot be parsed as CSV ({exc}); restore it from git.") from exc
     if provenance:
@@ -184,8 +226,9 @@ def table(name: str, *, provenance: bool = True) -> pd.DataFrame:
         for col in PROVENANCE_COLUMNS:
             bad = df[col].isna() | (df[col].astype(str).str.strip() == "")
             if bad.any():
-                rows = (df.index[bad] + 2).tolist()  # +2: header line and 1-based lines
-                raise DataError(f"{file}: rows on lines {rows[:10]} have no {col!r}; every value needs one")
+                rows = [where(df, i).rsplit(":", 1)[-1] for i in df.index[bad]]
+                raise DataError(f"{file}: rows on lines {', '.join(rows[:10])} have no {col!r}; "
+                                "every value needs one")
     return df
 
 
