@@ -139,7 +139,7 @@ def test_invalidate_removes_only_the_records_of_changed_pages(tmp_path, monkeypa
 def test_result_cache_key_follows_the_function_modules(monkeypatch):
     from analysis.qevict import runner
 
-    fn = lambda: runner.run_document  # noqa: E731  (a compute lambda as chapters pass them)
+    fn = lambda: runner.run_document  # a compute lambda, as chapters pass them
     assert "analysis.qevict.runner" in deps.function_modules(fn)
     files = deps.fingerprint(deps.module_deps(deps.function_modules(fn)))
     assert "analysis/qevict/policies.py" in files and "analysis/tiering/replay.py" not in files
