@@ -9,12 +9,12 @@ anything, with :mod:`ast`:
   functions; the parent packages of each, whose ``__init__`` runs on import; and the chapter's
   parameter-schema module from :data:`analysis.params.CHAPTERS`, which ``params.check`` imports).
 * **Files**: an in-repo file (``data/*.csv``, ``data/*.yaml``, top-level ``*.yml``) is read by the
-  closure when its name appears in a string literal of the chapter or of a module of the closure
-  (``data.table("hardware.csv")``, ``"data/models.csv line 3"``), or through the loader's functions:
-  a call to ``published(...)`` reads ``data/published.csv``; ``path``/``registry``/``describe`` read
-  ``data/registry.yaml`` (whose sha256 pins every external file); ``table(x)`` with a name that is
-  not a literal reads every table. ``analysis/data.py`` (the loader) and this module are hashed but not
-  scanned for names: they name every file.
+  closure when its name appears in a string literal (docstrings excepted) of the chapter or of a
+  module of the closure (``data.table("hardware.csv")``, ``"data/models.csv line 3"``), or through
+  the loader's functions: a call to ``published(...)`` reads ``data/published.csv``;
+  ``path``/``registry``/``describe`` read ``data/registry.yaml`` (whose sha256 pins every external
+  file); ``table(x)`` with a name that is not a literal reads every table. ``analysis/data.py`` (the
+  loader) and this module are hashed but not scanned for names: they name every file.
 
 A key is the sha256 of the (path, content) of every dependency, so editing
 ``analysis/qevict/policies.py`` changes the keys of the chapters that import it (4 and 5) and of
@@ -160,7 +160,12 @@ def _data_aliases(tree: ast.AST, current: str, is_pkg: bool) -> tuple[set[str], 
 
 def files_read(tree: ast.AST, current: str = "__main__", is_pkg: bool = False) -> set[str]:
     """In-repo files (repo-relative) that the code of ``tree`` reads, by the rules of this module."""
-    strings = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}  # prose about files reads nothing
+    strings = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+               and id(n) not in docstrings]
     text = "\n".join(strings)
     out = set()
     cands = candidate_files()

@@ -70,6 +70,8 @@ def test_file_mentions_and_loader_calls():
     files = deps.files_read(code)
     assert {"data/published.csv", "data/models.csv", "data/hardware.csv"} <= files  # table(name): all
     assert deps.files_read(ast.parse("x = 'npu_models.csv'")) == set()  # a name inside another name
+    prose = '"""Reads data/models.csv."""\ndef f():\n    "see hardware.csv"'
+    assert deps.files_read(ast.parse(prose)) == set()  # docstrings read nothing
 
 
 _PROBE = """
