@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.kvbook-installed
 
-.PHONY: book test install unit notebooks clean-cache clean linkcheck bench
+.PHONY: book test install unit notebooks clean-cache clean linkcheck bench data lint
 
 $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,12 +17,23 @@ $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 
 install: $(STAMP)
 
-# Execute every chapter (jupyter-cache: unchanged chapters are reused; a change to analysis/ or data/
-# invalidates the cache) and render _build/html, with warnings (and nitpicky references) as errors.
+# Execute every chapter (jupyter-cache: a chapter is re-executed only when its code cells, the modules
+# of analysis/ it imports or the data files they read change; the build says which and why) and render
+# _build/html, with warnings (and nitpicky references) as errors.
 book: $(STAMP)
 	$(BIN)/python -m analysis.build
 
+# Fetch and verify every external file of data/registry.yaml (for a machine that will be offline);
+# prints where each one is, and fails naming each file that could not be obtained.
+data: $(STAMP)
+	$(BIN)/python -m analysis.data --fetch-all
+
+# ruff, pinned in requirements.txt and configured in pyproject.toml
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
 test: $(STAMP)
+	$(BIN)/ruff check .
 	$(BIN)/python -m analysis.build
 	bash .ci/install-browser.sh  # Debian's chromium + chromium-driver for tests/test_browser.py
 	$(BIN)/python -m pytest -q -ra

@@ -22,8 +22,8 @@ LINKCHECK_JSONS = [REPO / "_build" / "linkcheck" / "output.json", REPO / "_build
 CHECKED = REPO / "book" / "links_checked.json"
 
 
-NO_NETWORK = re.compile(r"NameResolution|Failed to resolve|Name or service not known|Temporary failure in name "
-                        r"resolution|Network is unreachable|No route to host")
+NO_NETWORK = re.compile(r"NameResolution|Failed to resolve|Name or service not known|"
+                        r"Temporary failure in name resolution|Network is unreachable|No route to host")
 
 
 def latest_report() -> Path | None:

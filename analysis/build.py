@@ -1,39 +1,196 @@
 """Build the book: ``python -m analysis.build`` (what ``make book`` runs).
 
-jupyter-cache re-executes a chapter only when its cells change. A chapter's output also depends on
-the ``analysis`` package and the ``data/`` tables, so the cache is keyed on their hash
-(:func:`analysis.cache.package_hash`): when it changes, the execution cache is cleared and every
-chapter runs again. The build treats warnings (and unresolved references, nitpicky) as errors.
+jupyter-cache re-executes a page only when its code cells change. A chapter's output also depends on
+the modules of ``analysis`` it imports and on the files it reads, so each executable page has a key
+(:func:`analysis.deps.chapter_key`: the source of the transitive closure of its imports inside
+``analysis/`` and of the data files that closure reads). Before the build, the cache records of every
+page whose key changed are removed, so that page, and only that page, is executed again; the build
+says which pages re-execute and which changed files caused it. The build treats warnings (and
+unresolved references, nitpicky) as errors; when a page fails, it ends by printing, for each failed
+page, the exception and the last frames of its traceback, with a hint for known errors.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from .cache import package_hash
+from . import deps
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILD = REPO_ROOT / "_build"
 JCACHE = BUILD / ".jupyter_cache"
-STAMP = BUILD / ".analysis-hash"
+KEYS = BUILD / ".chapter-keys.json"
+OLD_STAMP = BUILD / ".analysis-hash"  # the whole-package key of earlier builds
+REPORTS = BUILD / "html" / "reports"
 
 
-def invalidate_if_changed() -> bool:
-    """Clear the jupyter-cache when the package or data changed since the last build."""
-    h = package_hash()
-    old = STAMP.read_text().strip() if STAMP.exists() else None
-    if old != h:
-        if JCACHE.exists():
-            shutil.rmtree(JCACHE)
-        BUILD.mkdir(exist_ok=True)
-        STAMP.write_text(h + "\n")
-        return True
-    return False
+def pages() -> list[Path]:
+    """The executable pages of the book (``book/*.md`` with a kernelspec, ``book/*.ipynb``)."""
+    files = sorted((REPO_ROOT / "book").glob("*.md")) + sorted((REPO_ROOT / "book").glob("*.ipynb"))
+    return [p for p in files if deps.is_notebook(p)]
+
+
+def _rel(p: Path) -> str:
+    return p.resolve().relative_to(REPO_ROOT).as_posix()
+
+
+def plan() -> dict[str, dict[str, str]]:
+    """``{page: {dependency path: sha256}}`` for every executable page."""
+    return {_rel(p): deps.fingerprint(deps.chapter_deps(p)) for p in pages()}
+
+
+def changed_pages(old: dict, new: dict) -> dict[str, list[str]]:
+    """Pages whose key changed, each with the dependencies that changed (``["no earlier key"]``
+    for a page the last build did not key)."""
+    out = {}
+    for page, fp in new.items():
+        before = old.get(page)
+        if before is None:
+            out[page] = ["no earlier key"]
+            continue
+        diff = sorted(k for k in set(fp) | set(before) if fp.get(k) != before.get(k))
+        if diff:
+            out[page] = diff
+    return out
+
+
+def invalidate(verbose: bool = True) -> dict[str, list[str]]:
+    """Remove the jupyter-cache records of the pages whose key changed (and of files no longer a
+    page); record the new keys. Returns the changed pages with their changed dependencies."""
+    new = plan()
+    try:
+        old = json.loads(KEYS.read_text()) if KEYS.exists() else {}
+    except ValueError:
+        old = {}
+    changed = changed_pages(old, new)
+    removed, cached = [], set()
+    if JCACHE.exists():
+        from jupyter_cache import get_cache
+
+        cache = get_cache(str(JCACHE))
+        for rec in cache.list_cache_records():
+            try:
+                page = _rel(Path(rec.uri))
+            except ValueError:
+                page = None  # a record of another checkout: nothing vouches for it
+            if page is None or page not in new or page in changed:
+                cache.remove_cache(rec.pk)
+                removed.append(page or rec.uri)
+            else:
+                cached.add(page)
+    BUILD.mkdir(exist_ok=True)
+    tmp = KEYS.with_suffix(".tmp")
+    tmp.write_text(json.dumps(new, indent=1, sort_keys=True))
+    tmp.replace(KEYS)
+    OLD_STAMP.unlink(missing_ok=True)
+    if verbose:
+        for page in new:
+            name = Path(page).stem
+            if page in changed and old.get(page) is not None:
+                what = ", ".join(changed[page][:4]) + (" ..." if len(changed[page]) > 4 else "")
+                print(f"  re-execute {name}: changed {what}")
+            elif page in cached:
+                print(f"  reuse      {name}: its modules and data are unchanged")
+            else:
+                print(f"  execute    {name}: no cached run")
+    return changed
+
+
+# ------------------------------------------------------------------------------- failure report
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\w*\b:?")
+_FRAME = re.compile(r"^(Cell In\[\d+\], line \d+|File \S.*:\d+, in .*|File \".*\", line \d+, in .*)$")
+
+HINTS = [
+    (re.compile(r"DataError|data file .* not found|KVBOOK_DATA"),
+     "missing or unverified data: run `make data` on a machine with network access (it fetches and "
+     "verifies every file of data/registry.yaml), or point KVBOOK_DATA at a folder holding the files "
+     "(README, Data); KVBOOK_OFFLINE=1 forbids downloads."),
+    (re.compile(r"ModuleNotFoundError|ImportError"),
+     "a package is missing from the environment: `make install` (requirements.txt is pinned)."),
+    (re.compile(r"ParameterError"),
+     "a parameter is invalid: fix the chapter's parameters cell (`python -m analysis.rerun CHAPTER "
+     "--list-params` lists what is allowed)."),
+    (re.compile(r"SpecError|UnknownNameError"),
+     "a row of data/models.csv or data/hardware.csv is invalid or a name is unknown: the message names it."),
+    (re.compile(r"CellTimeoutError|TimeoutError"),
+     "a cell ran past execute.timeout of _config.yml: a slower machine or a heavier default."),
+    (re.compile(r"DeadKernelError|MemoryError|Kernel died"),
+     "the kernel died, most often out of memory: see data/chapter_resources.csv for each chapter's peak."),
+]
+
+
+def summarize_failure(text: str, n_frames: int = 3) -> dict:
+    """From a page's traceback report: the exception line, its last ``n_frames`` frames (header and
+    the line marked ``-->``) and a hint for a known error."""
+    lines = [_ANSI.sub("", ln).rstrip() for ln in text.splitlines()]
+    lines = [ln for ln in lines if not ln.startswith("[IPKernelApp]")]
+    # the kernel's own traceback follows the failed cell's source (between dashed lines), if any
+    start = 0
+    dashes = [i for i, ln in enumerate(lines) if ln.strip() == "------------------"]
+    if len(dashes) >= 2:
+        start = dashes[1] + 1
+    body = lines[start:]
+    exc_i = None
+    for i in range(len(body) - 1, -1, -1):
+        if _EXC_LINE.match(body[i]) and not body[i].startswith(("File ", "Cell ")) \
+                and "Traceback (most recent call last)" not in body[i]:
+            exc_i = i
+            break
+    if exc_i is None:
+        exc_lines = [ln for ln in body if ln.strip()][-1:] or ["(no exception line found)"]
+        exc_i = len(body)
+    else:
+        exc_lines = [ln for ln in body[exc_i:exc_i + 8] if ln.strip()]
+    frames = []
+    for i, ln in enumerate(body[:exc_i]):
+        if _FRAME.match(ln.strip()):
+            frame = ln.strip()
+            for nxt in body[i + 1:exc_i]:
+                if _FRAME.match(nxt.strip()):
+                    break
+                if re.match(r"^\s*-+>", nxt):  # IPython marks the executing line with ---->
+                    frame += f"\n      {nxt.strip()}"
+                    break
+            frames.append(frame)
+    exception = "\n".join(exc_lines)
+    hint = next((h for pat, h in HINTS if pat.search(exception)), None)
+    return {"exception": exception, "frames": frames[-n_frames:], "hint": hint}
+
+
+def failure_reports(since: float = 0.0) -> dict[str, dict]:
+    """``{page: summary}`` for every traceback report written by this build."""
+    out = {}
+    if REPORTS.exists():
+        for f in sorted(REPORTS.rglob("*.err.log")):
+            if f.stat().st_mtime >= since:
+                page = f.relative_to(REPORTS).as_posix()[: -len(".err.log")]
+                out[page] = dict(summarize_failure(f.read_text(errors="replace")), report=str(f))
+    return out
+
+
+def print_failures(failures: dict[str, dict], file=None) -> None:
+    file = file or sys.stdout
+    if not failures:
+        return
+    print(f"\n{len(failures)} page(s) failed to execute (the glue warnings above follow from this):",
+          file=file)
+    for page, s in failures.items():
+        print(f"\nFAILED {page}  (full traceback: {os.path.relpath(s['report'], REPO_ROOT)})", file=file)
+        for fr in s["frames"]:
+            print(f"  {fr}", file=file)
+        for ln in s["exception"].splitlines():
+            print(f"  {ln}", file=file)
+        if s["hint"]:
+            print(f"  hint: {s['hint']}", file=file)
 
 
 def main(argv=None) -> int:
@@ -41,8 +198,10 @@ def main(argv=None) -> int:
     ap.add_argument("--builder", default="html", help="html (default) or linkcheck")
     ap.add_argument("--no-strict", action="store_true", help="do not treat warnings as errors")
     a = ap.parse_args(argv)
-    changed = invalidate_if_changed()
-    print(f"analysis/ and data/ {'changed: chapters will be re-executed' if changed else 'unchanged: cached chapters reused'}")
+    print("execution cache (per page: its analysis/ modules and data files):")
+    invalidate()
+    if REPORTS.exists():
+        shutil.rmtree(REPORTS)  # reports of earlier builds would be mistaken for this one's
     exe = Path(sys.executable).with_name("jupyter-book")
     cmd = [str(exe), "build", str(REPO_ROOT), "--builder", a.builder]
     if not a.no_strict:
@@ -50,9 +209,14 @@ def main(argv=None) -> int:
     cmd += ["--all"]  # re-read every page so that no warning is hidden by an incremental build
     env = dict(os.environ)
     env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+    t_start = time.time()
     t0 = time.perf_counter()
     rc = subprocess.call(cmd, cwd=REPO_ROOT, env=env)
     print(f"jupyter-book {a.builder} build finished in {time.perf_counter() - t0:.0f} s with exit code {rc}")
+    failures = failure_reports(since=t_start - 1)
+    print_failures(failures)
+    if rc == 0 and failures:
+        rc = 1
     if rc == 0 and a.builder == "html":
         print(f"open {BUILD / 'html' / 'index.html'}")
     return rc

@@ -2,10 +2,14 @@
 
 ``cached(namespace, inputs, compute)`` returns ``compute()`` and stores it under
 ``$KVBOOK_CACHE`` (default ``.cache/`` in the checkout) in a file named by the sha256 of
-``namespace``, the JSON-canonical ``inputs`` and, by default, the source of the ``analysis``
-package, so a code change recomputes and an unchanged rebuild reuses. Writes are atomic (temporary
-file, then rename): an interrupted run never leaves a half-written entry. ``@disk_cache`` wraps a
-function whose arguments are JSON-serialisable (numpy scalars and arrays included).
+``namespace``, the JSON-canonical ``inputs`` and, by default, the code it runs: the source of the
+modules of ``analysis`` that ``compute`` depends on (the module defining it and every module it
+refers to, with their transitive imports and the data files they read; :mod:`analysis.deps`), so
+a change to that code recomputes, an unchanged rebuild reuses, and an edit elsewhere in the package
+(another chapter's subpackage) does not invalidate it; ``code=`` may also name the modules. Writes
+are atomic (temporary file, then rename): an interrupted run never leaves a half-written entry.
+``@disk_cache`` wraps a function whose arguments are JSON-serialisable (numpy scalars and arrays
+included).
 """
 from __future__ import annotations
 
@@ -19,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from . import deps
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -27,9 +33,9 @@ def cache_dir() -> Path:
     return Path(os.environ.get("KVBOOK_CACHE", REPO_ROOT / ".cache"))
 
 
-@functools.lru_cache(maxsize=1)
 def package_hash() -> str:
-    """sha256 over the source of every module of ``analysis`` and the in-repo data tables."""
+    """sha256 over the source of every module of ``analysis`` and the in-repo data tables (the
+    fallback key of a computation whose code cannot be traced to modules of ``analysis``)."""
     h = hashlib.sha256()
     files = sorted(PACKAGE_DIR.rglob("*.py")) + sorted((REPO_ROOT / "data").glob("*.csv")) + sorted(
         (REPO_ROOT / "data").glob("*.yaml"))
@@ -55,19 +61,33 @@ def _default(o):
     raise TypeError(f"cannot hash {type(o).__name__} for the cache key; pass JSON-like inputs")
 
 
-def key(namespace: str, inputs, *, code: bool = True) -> str:
-    payload = json.dumps({"ns": namespace, "in": inputs, "code": package_hash() if code else None},
+def code_hash(code, compute=None) -> str | None:
+    """The code part of a key. ``code``: False (none), True (the modules ``compute`` depends on,
+    :func:`analysis.deps.function_modules`; the whole package if none is found), or module names."""
+    if code is False or code is None:
+        return None
+    if code is True:
+        mods = deps.function_modules(compute) if compute is not None else set()
+    else:
+        mods = {code} if isinstance(code, str) else set(code)
+    if not mods:
+        return package_hash()
+    return deps.digest(deps.fingerprint(deps.module_deps(sorted(mods))))
+
+
+def key(namespace: str, inputs, *, code=True, compute=None) -> str:
+    payload = json.dumps({"ns": namespace, "in": inputs, "code": code_hash(code, compute)},
                          sort_keys=True, default=_default)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
-def cached(namespace: str, inputs, compute, *, code: bool = True, enabled: bool | None = None):
+def cached(namespace: str, inputs, compute, *, code=True, enabled: bool | None = None):
     """Return ``compute()``, memoised on disk under the hash of ``(namespace, inputs, code)``."""
     if enabled is None:
         enabled = not os.environ.get("KVBOOK_NO_CACHE")
     if not enabled:
         return compute()
-    k = key(namespace, inputs, code=code)
+    k = key(namespace, inputs, code=code, compute=compute)
     path = cache_dir() / namespace / f"{k}.pkl"
     if path.is_file():
         try:
@@ -88,7 +108,7 @@ def cached(namespace: str, inputs, compute, *, code: bool = True, enabled: bool 
     return value
 
 
-def disk_cache(namespace: str, *, code: bool = True):
+def disk_cache(namespace: str, *, code=True):
     """Decorator form of :func:`cached`; the key is the function's bound arguments."""
     def deco(fn):
         import inspect
@@ -99,7 +119,7 @@ def disk_cache(namespace: str, *, code: bool = True):
             bound = sig.bind(*args, **kwargs)
             bound.apply_defaults()
             return cached(f"{namespace}", {"fn": fn.__qualname__, "args": dict(bound.arguments)},
-                          lambda: fn(*args, **kwargs), code=code)
+                          functools.partial(fn, *args, **kwargs), code=code)
         wrapper.uncached = fn
         return wrapper
     return deco

@@ -37,9 +37,23 @@ class DataError(RuntimeError):
     """A data file is missing, corrupt or lacks provenance. The message says what to do."""
 
 
-@functools.lru_cache(maxsize=None)
+def _trace_read(rel: str) -> None:
+    """Append ``rel`` (a repo-relative file) to ``$KVBOOK_TRACE_READS`` when set: the record of
+    what a chapter really reads, which tests compare with :mod:`analysis.deps`' static list."""
+    log = os.environ.get("KVBOOK_TRACE_READS")
+    if log:
+        with open(log, "a") as fh:
+            fh.write(rel + "\n")
+
+
 def registry() -> dict:
     """The parsed ``data/registry.yaml`` (name -> entry)."""
+    _trace_read("data/registry.yaml")
+    return _registry()
+
+
+@functools.lru_cache(maxsize=None)
+def _registry() -> dict:
     if not REGISTRY_FILE.exists():
         raise DataError(f"{REGISTRY_FILE} is missing: this checkout is incomplete (git checkout -- data/).")
     with open(REGISTRY_FILE) as fh:
@@ -121,6 +135,22 @@ def path(name: str, *, download: bool | None = None) -> Path:
     )
 
 
+def content_id(source) -> str:
+    """sha256 of the content behind ``source``: a registered name (its verified checksum) or a file
+    path (absolute, or relative to the working directory or the repository). Key result caches of a
+    user-supplied file on this, never on its name: a different file under the same name must not
+    reuse another's result."""
+    s = str(source)
+    if s in registry():
+        return registry()[s]["sha256"]
+    p = Path(s).expanduser()
+    if not p.is_file() and not p.is_absolute() and (REPO_ROOT / p).is_file():
+        p = REPO_ROOT / p
+    if not p.is_file():
+        raise DataError(f"{s!r} is neither a registered name ({', '.join(sorted(registry()))}) nor a file")
+    return sha256(p)
+
+
 def describe(name: str) -> dict:
     """Registry entry of ``name`` plus where it resolved (for the appendix)."""
     entry = dict(registry()[name])
@@ -131,7 +161,47 @@ def describe(name: str) -> dict:
 
 @functools.lru_cache(maxsize=None)
 def _read_table(file: str, mtime_ns: int) -> pd.DataFrame:
-    return pd.read_csv(file, comment="#", skipinitialspace=True)
+    """Parse a table. Only lines *starting* with ``#`` are comments (a ``#`` inside a field, as in
+    "PR #28068", is data); blank lines are skipped. ``attrs["lines"]`` holds each row's line number
+    in the file (comment lines counted), ``attrs["file"]`` the repo-relative path: see :func:`where`."""
+    import csv
+    import io
+
+    kept, quoted = [], False  # quoted: inside a quoted field that spans lines (kept verbatim)
+    for n, ln in enumerate(Path(file).read_text(encoding="utf-8").splitlines(keepends=True), 1):
+        if quoted or not (ln.startswith("#") or not ln.strip()):
+            kept.append((n, ln))
+            quoted ^= ln.count('"') % 2 == 1
+    text = "".join(ln for _, ln in kept)
+    # the file line of each record's first line (quoted fields may span lines)
+    starts, reader = [], csv.reader(io.StringIO(text), skipinitialspace=True)
+    consumed = 0
+    for _ in reader:
+        starts.append(kept[consumed][0])
+        consumed = reader.line_num
+    df = pd.read_csv(io.StringIO(text), skipinitialspace=True, skip_blank_lines=False)
+    lines = starts[1:]  # the first record is the header
+    if len(lines) != len(df):  # cannot happen for a well-formed CSV; keep errors pointing somewhere
+        lines = [None] * len(df)
+    df.attrs["lines"] = lines
+    try:
+        df.attrs["file"] = Path(file).resolve().relative_to(REPO_ROOT).as_posix()
+    except ValueError:
+        df.attrs["file"] = str(file)
+    return df
+
+
+def where(df: pd.DataFrame, index) -> str:
+    """``"data/models.csv:17"``: the file and line (comment lines counted) of row ``index`` of a
+    table returned by :func:`table`, for error messages."""
+    lines = df.attrs.get("lines")
+    file = df.attrs.get("file", "?")
+    try:
+        pos = df.index.get_loc(index)
+        line = lines[pos] if lines else None
+    except (KeyError, IndexError, TypeError):
+        line = None
+    return f"{file}:{line}" if line is not None else f"{file} (row {index})"
 
 
 def table(name: str, *, provenance: bool = True) -> pd.DataFrame:
@@ -140,10 +210,13 @@ def table(name: str, *, provenance: bool = True) -> pd.DataFrame:
     With ``provenance=True`` every row must have a non-empty ``source`` and ``date``.
     """
     file = DATA_DIR / name
+    _trace_read(f"data/{name}")
     if not file.is_file():
         raise DataError(f"data table {file} is missing: restore it with `git checkout -- data/{name}`.")
     try:
-        df = _read_table(str(file), file.stat().st_mtime_ns).copy()
+        cached = _read_table(str(file), file.stat().st_mtime_ns)
+        df = cached.copy()
+        df.attrs = {"lines": list(cached.attrs["lines"]), "file": cached.attrs["file"]}
     except Exception as exc:
         raise DataError(f"data table {file} cannot be parsed as CSV ({exc}); restore it from git.") from exc
     if provenance:
@@ -153,8 +226,9 @@ def table(name: str, *, provenance: bool = True) -> pd.DataFrame:
         for col in PROVENANCE_COLUMNS:
             bad = df[col].isna() | (df[col].astype(str).str.strip() == "")
             if bad.any():
-                rows = (df.index[bad] + 2).tolist()  # +2: header line and 1-based lines
-                raise DataError(f"{file}: rows on lines {rows[:10]} have no {col!r}; every value needs one")
+                rows = [where(df, i).rsplit(":", 1)[-1] for i in df.index[bad]]
+                raise DataError(f"{file}: rows on lines {', '.join(rows[:10])} have no {col!r}; "
+                                "every value needs one")
     return df
 
 
@@ -168,3 +242,51 @@ def published(key: str) -> dict:
     row = hit.iloc[0].to_dict()
     row["value"] = float(row["value"])
     return row
+
+
+def fetch_all(*, download: bool | None = None, out=None) -> dict[str, Path | DataError]:
+    """Resolve (and, unless ``KVBOOK_OFFLINE`` is set, download) every registered file, verifying
+    its sha256; prints where each landed or why it is missing. Returns name -> path or error."""
+    import sys
+
+    out = out or sys.stdout
+    results: dict[str, Path | DataError] = {}
+    reg = registry()
+    for name in sorted(reg):
+        try:
+            p = path(name, download=download)
+            results[name] = p
+            print(f"ok       {name}: {p} (sha256 verified)", file=out)
+        except DataError as exc:
+            results[name] = exc
+            print(f"MISSING  {name}: {exc}", file=out)
+    bad = [n for n, r in results.items() if isinstance(r, DataError)]
+    print(f"{len(reg) - len(bad)} of {len(reg)} registered files present and verified"
+          + (f"; missing: {', '.join(bad)}" if bad else ""), file=out)
+    return results
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m analysis.data",
+                                 description="Fetch and verify the external files of data/registry.yaml.")
+    ap.add_argument("--fetch-all", action="store_true",
+                    help="resolve every registered file (download it unless KVBOOK_OFFLINE is set), verify "
+                         "its sha256 and say where it is (what `make data` runs)")
+    ap.add_argument("--offline", action="store_true",
+                    help="only check what is already here; download nothing")
+    a = ap.parse_args(argv)
+    if not a.fetch_all:
+        ap.print_help()
+        return 2
+    try:
+        results = fetch_all(download=False if a.offline else None)
+    except DataError as exc:
+        print(f"error: {exc}")
+        return 2
+    return 1 if any(isinstance(r, DataError) for r in results.values()) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

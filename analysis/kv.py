@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .specs import ModelSpec, model as _model
+from .specs import ModelSpec
+from .specs import model as _model
 
 DTYPE_BYTES = {
     "fp32": 4.0, "float32": 4.0, "bf16": 2.0, "fp16": 2.0, "float16": 2.0,
@@ -105,7 +106,10 @@ def attention_params_per_layer(model) -> int:
     h = m.hidden_size
     if m.attention == "mla":
         nope = m.head_dim - m.mla_qk_rope_dim
-        q = h * m.mla_q_lora_rank + m.mla_q_lora_rank * m.n_heads * m.head_dim if m.mla_q_lora_rank else h * m.n_heads * m.head_dim
+        if m.mla_q_lora_rank:
+            q = h * m.mla_q_lora_rank + m.mla_q_lora_rank * m.n_heads * m.head_dim
+        else:
+            q = h * m.n_heads * m.head_dim
         kv_a = h * (m.mla_kv_lora_rank + m.mla_qk_rope_dim)
         kv_b = m.mla_kv_lora_rank * m.n_heads * (nope + m.v_head_dim)
         return q + kv_a + kv_b + m.n_heads * m.v_head_dim * h
@@ -186,14 +190,17 @@ def attention_core_flops(model, n_new, prefix=0):
     m = _m(model)
     per = attention_core_flops_per_layer_token(m)
     full = m.n_full_layers * per * attended_pairs(n_new, prefix)
-    sliding = m.n_sliding_layers * per * attended_pairs(n_new, prefix, m.sliding_window) if m.n_sliding_layers else 0.0
-    linear = m.n_linear_layers * 4.0 * m.linear_heads * m.linear_dk * m.linear_dv * np.asarray(n_new, dtype=float)
+    sliding = (m.n_sliding_layers * per * attended_pairs(n_new, prefix, m.sliding_window)
+               if m.n_sliding_layers else 0.0)
+    linear = (m.n_linear_layers * 4.0 * m.linear_heads * m.linear_dk * m.linear_dv
+              * np.asarray(n_new, dtype=float))
     return full + sliding + linear
 
 
 def prefill_flops(model, n_new, prefix=0):
     """Total FLOPs to prefill ``n_new`` tokens after ``prefix`` cached tokens."""
-    return matmul_flops_per_token(model) * np.asarray(n_new, dtype=float) + attention_core_flops(model, n_new, prefix)
+    return (matmul_flops_per_token(model) * np.asarray(n_new, dtype=float)
+            + attention_core_flops(model, n_new, prefix))
 
 
 def decode_flops_per_token(model, context):

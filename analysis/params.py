@@ -6,14 +6,16 @@ A chapter's first code cell (tagged ``parameters``) sets every knob; the next ce
 ``analysis.rerun`` validates ``-p`` values against the same schema before any notebook runs.
 
 Schemas live next to the code they drive (``analysis.<subpackage>.params.PARAMS``) and are found
-through :data:`CHAPTERS`; chapter 1's lives here.
+through :data:`CHAPTERS`; chapter 1's is ``analysis.kv_params.PARAMS``. This module imports no
+other module of ``analysis`` (a chapter's schema is imported by name), so a chapter that imports it
+does not depend on the other chapters' schemas (see :mod:`analysis.deps`).
 """
 from __future__ import annotations
 
 import importlib
 import math
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any
 
 
 class ParameterError(ValueError):
@@ -141,34 +143,11 @@ def validate(schema: dict[str, Param], values: dict, *, partial: bool = False) -
 
 # ------------------------------------------------------------------------------ chapter registry
 
-def _model_names():
-    from .specs import model_names
-    return model_names()
-
-
-def _gpu_names():
-    from .specs import hardware_names
-    return hardware_names("gpu")
-
-
 KV_DTYPES = ["fp32", "bf16", "fp16", "fp8", "int8", "fp4", "int4", "int2"]
-
-CH01 = {
-    "models": Param(["GPT-2 small", "GPT-2 XL", "SmolLM2-135M", "Llama-3.1-8B", "Llama-3.1-70B",
-                     "Llama-3.1-405B", "Mixtral-8x7B", "Qwen3-235B-A22B", "DeepSeek-V3", "Kimi-K2",
-                     "Kimi-Linear-48B-A3B", "Gemma-3-27B", "gpt-oss-120b"], "list[str]",
-                    "models shown in the figures", choices=_model_names),
-    "dtype": Param("bf16", "str", "KV-cache element type", choices=KV_DTYPES),
-    "weight_dtype": Param("bf16", "str", "weight element type (for KV vs weights)", choices=KV_DTYPES),
-    "context_tokens": Param(131072, "int", "context length for the headline comparisons", min=1, max=1 << 24),
-    "batch": Param(1, "int", "sequences in a batch for the headline comparisons", min=1, max=1 << 20),
-    "gpu": Param("H100-SXM5-80GB", "str", "GPU whose HBM is the reference line", choices=_gpu_names),
-    "max_context_tokens": Param(1048576, "int", "right end of the context axis", min=1024, max=1 << 24),
-}
 
 # chapter file stem -> "module:attribute" of its schema (imported lazily)
 CHAPTERS = {
-    "01_kv_footprint": "analysis.params:CH01",
+    "01_kv_footprint": "analysis.kv_params:PARAMS",
     "02_ssd_offload": "analysis.tiering.params:PARAMS",
     "03_disagg": "analysis.disagg.params:PARAMS",
     "04_qevict": "analysis.qevict.params:PARAMS",
@@ -178,9 +157,8 @@ CHAPTERS = {
 
 def schema(chapter: str) -> dict[str, Param]:
     """The schema of a chapter, by file stem or path (``book/01_kv_footprint.md``)."""
-    from pathlib import Path
-
     import os
+    from pathlib import Path
 
     stem = Path(chapter).stem
     chapters = dict(CHAPTERS)
@@ -198,10 +176,34 @@ def defaults(chapter: str) -> dict:
     return {k: p.default for k, p in schema(chapter).items()}
 
 
+def injected_names(namespace: dict) -> list[str]:
+    """Names assigned by the cell papermill injected into this kernel (``# Parameters``), read from
+    IPython's input history (``In``) in ``namespace``; empty outside IPython or without papermill."""
+    import ast
+
+    history = namespace.get("In")
+    if not isinstance(history, list):
+        return []
+    for src in reversed(history):
+        if isinstance(src, str) and src.lstrip().startswith("# Parameters\n"):
+            try:
+                tree = ast.parse(src)
+            except SyntaxError:
+                return []
+            return [t.id for node in tree.body if isinstance(node, ast.Assign)
+                    for t in node.targets if isinstance(t, ast.Name)]
+    return []
+
+
 def check(chapter: str, namespace: dict) -> dict:
     """Validate a chapter's parameters as they stand in ``namespace`` (the notebook's globals),
-    write the normalised values back, and return them."""
+    write the normalised values back, and return them. A name injected by papermill
+    (``papermill -p NAME VALUE``) that the schema does not know is an error, as with
+    ``analysis.rerun``: it would otherwise be silently ignored."""
     sch = schema(chapter)
+    unknown = [k for k in injected_names(namespace) if k not in sch]
+    if unknown:
+        validate(sch, {k: namespace.get(k) for k in unknown}, partial=True)  # raises, with close matches
     values = {k: namespace[k] for k in sch if k in namespace}
     missing = [k for k in sch if k not in namespace]
     if missing:

@@ -7,9 +7,13 @@
 A single run writes ``runs/<chapter>/<run-id>/`` holding the executed notebook, ``params.json`` and
 ``result.csv`` (one row: parameters + glued values). A sweep writes each run under
 ``runs/<sweep>/<run-id>/`` and one tidy ``runs/<sweep>/results.csv`` (one row per run, status and
-error included). Every parameter of every run is validated before anything executes. A run is
-written to ``<run-id>.partial`` and renamed only when complete; a failed run is renamed
-``<run-id>.failed`` with ``error.txt``, so no directory looks complete unless it is.
+error included), rewritten as each run finishes. Every parameter of every run is validated before
+anything executes; duplicate points of a sweep run once. A run is written to a temporary directory
+of its own (``<run-id>.partial-XXXX``) and renamed only when complete; a failed run is renamed
+``<run-id>.failed`` with ``error.txt``, so no directory looks complete unless it is. Each
+``result.csv`` records the code hash and data hash of the chapter (:mod:`analysis.deps`), the commit
+and the date; when a run fails, an earlier successful result of the same run id is moved to
+``<run-id>.stale`` with ``STALE.txt`` saying why, so it cannot be mistaken for the current one.
 
 Sweep file format (YAML)::
 
@@ -30,9 +34,13 @@ import itertools
 import json
 import os
 import shutil
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
+import uuid
+from datetime import datetime, timezone
 from pathlib import Path
 
 import yaml
@@ -77,10 +85,63 @@ def _read_notebook(path: Path):
     import nbformat
 
     nb = jupytext.read(path) if path.suffix == ".md" else nbformat.read(path, as_version=4)
-    nb.metadata.setdefault("kernelspec", {"name": "python3", "display_name": "Python 3", "language": "python"})
+    nb.metadata.setdefault("kernelspec",
+                           {"name": "python3", "display_name": "Python 3", "language": "python"})
     if not any("parameters" in c.get("metadata", {}).get("tags", []) for c in nb.cells):
         raise RerunError(f"{path} has no cell tagged 'parameters'")
     return nb
+
+
+def _curve_kernel_manager():
+    """The kernel manager for reruns: CurveZMQ transport encryption for kernels that declare it
+    (ipykernel does), so kernels neither run unencrypted over TCP nor warn that they do."""
+    from jupyter_client.manager import AsyncKernelManager
+    from traitlets import default
+
+    class CurveKernelManager(AsyncKernelManager):
+        @default("transport_encryption")
+        def _transport_encryption_default(self):
+            return "auto"
+
+    return CurveKernelManager
+
+
+def provenance(path: Path) -> dict:
+    """Code hash (the chapter and the modules it runs), data hash (the files they read), commit
+    and date of a run, for its ``result.csv``."""
+    from . import deps
+
+    d = deps.chapter_deps(path)
+    fp = deps.fingerprint(d)
+    code = {k: v for k, v in fp.items() if k.endswith(".py")}
+    code[path.name] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    data = {k: v for k, v in fp.items() if not k.endswith(".py")}
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO_ROOT,
+                                capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return {"code_hash": deps.digest(code)[:16], "data_hash": deps.digest(data)[:16], "commit": commit,
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
+def _replace_dir(src: Path, dst: Path) -> None:
+    """Rename ``src`` to ``dst``, replacing a ``dst`` that exists (moved aside, then removed); safe
+    when another run renames onto ``dst`` at the same time (the last one wins, whole)."""
+    for _ in range(10):
+        try:
+            src.rename(dst)
+            return
+        except OSError:
+            if not dst.exists():
+                raise
+            old = dst.with_name(f"{dst.name}.old-{uuid.uuid4().hex[:8]}")
+            try:
+                dst.rename(old)
+            except FileNotFoundError:
+                continue  # another run moved it first
+            shutil.rmtree(old, ignore_errors=True)
+    src.rename(dst)
 
 
 def execute(chapter, overrides: dict, out_dir, *, kernel: str = "python3", timeout_s: int = 3600,
@@ -93,13 +154,13 @@ def execute(chapter, overrides: dict, out_dir, *, kernel: str = "python3", timeo
     path, overrides = prepare(chapter, overrides)
     rid = run_id(path.stem, overrides)
     out_dir = Path(out_dir)
-    final, partial, failed = out_dir / rid, out_dir / f"{rid}.partial", out_dir / f"{rid}.failed"
-    for d in (partial, failed):
-        if d.exists():
-            shutil.rmtree(d)
-    partial.mkdir(parents=True)
-    row = {"run_id": rid, "chapter": path.name, **{f"param.{k}": v for k, v in overrides.items()}}
-    (partial / "params.json").write_text(json.dumps({"chapter": path.name, "parameters": overrides}, indent=2))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    final, failed, stale = out_dir / rid, out_dir / f"{rid}.failed", out_dir / f"{rid}.stale"
+    partial = Path(tempfile.mkdtemp(prefix=f"{rid}.partial-", dir=out_dir))  # never shared by two runs
+    prov = provenance(path)
+    row = {"run_id": rid, "chapter": path.name, **{f"param.{k}": v for k, v in overrides.items()}, **prov}
+    (partial / "params.json").write_text(
+        json.dumps({"chapter": path.name, "parameters": overrides, **prov}, indent=2))
     t0 = time.perf_counter()
     nb_out = partial / f"{path.stem}.ipynb"
     try:
@@ -108,7 +169,8 @@ def execute(chapter, overrides: dict, out_dir, *, kernel: str = "python3", timeo
             try:
                 pm.execute_notebook(nb, str(nb_out), parameters=overrides, kernel_name=kernel,
                                     cwd=str(path.parent), progress_bar=progress,
-                                    execution_timeout=timeout_s, log_output=False)
+                                    execution_timeout=timeout_s, log_output=False,
+                                    kernel_manager_class=_curve_kernel_manager())
                 break
             except pm.PapermillExecutionError:
                 raise  # an error inside the chapter: report it, never retry
@@ -121,16 +183,23 @@ def execute(chapter, overrides: dict, out_dir, *, kernel: str = "python3", timeo
         row.update(status="ok", error="", seconds=round(time.perf_counter() - t0, 2))
         row.update({f"glue.{k}": v for k, v in values.items()})
         _write_row(partial / "result.csv", row)
-        if final.exists():
-            shutil.rmtree(final)
-        partial.rename(final)
+        _replace_dir(partial, final)
+        for d in (failed, stale):  # an older failure or stale result no longer describes this run
+            shutil.rmtree(d, ignore_errors=True)
         row["path"] = str(final)
     except Exception as exc:  # the notebook failed: keep what it wrote, marked as failed
         msg = _short_error(exc)
         row.update(status="failed", error=msg, seconds=round(time.perf_counter() - t0, 2))
         (partial / "error.txt").write_text(msg + "\n\n" + traceback.format_exc())
-        partial.rename(failed)
+        _replace_dir(partial, failed)
         row["path"] = str(failed)
+        if final.exists():  # an earlier success must not look current: move it aside, say why
+            _replace_dir(final, stale)
+            (stale / "STALE.txt").write_text(
+                f"Superseded: a later run of these parameters failed on {row['date']} (code hash "
+                f"{row['code_hash']}, data hash {row['data_hash']}, commit {row['commit'] or '?'}): "
+                f"see ../{failed.name}/error.txt. This result.csv is from an earlier run.\n")
+            row["stale"] = str(stale)
     return row
 
 
@@ -152,14 +221,16 @@ def load_sweep(file) -> tuple[Path, str, list[dict]]:
     """Parse and validate a sweep file; returns (chapter path, sweep name, list of overrides)."""
     file = Path(file)
     if not file.is_file():
-        raise RerunError(f"sweep file {file} not found; sweeps: {', '.join(sorted(p.name for p in (REPO_ROOT / 'sweeps').glob('*.yaml')))}")
+        known = ", ".join(sorted(p.name for p in (REPO_ROOT / "sweeps").glob("*.yaml")))
+        raise RerunError(f"sweep file {file} not found; sweeps: {known}")
     try:
         spec = yaml.safe_load(file.read_text()) or {}
     except yaml.YAMLError as exc:
         raise RerunError(f"{file} is not valid YAML: {exc}") from exc
     unknown = set(spec) - {"chapter", "name", "fixed", "grid", "runs", "description"}
     if unknown:
-        raise RerunError(f"{file}: unknown keys {sorted(unknown)}; allowed: chapter, name, description, fixed, grid, runs")
+        raise RerunError(f"{file}: unknown keys {sorted(unknown)}; "
+                         "allowed: chapter, name, description, fixed, grid, runs")
     if "chapter" not in spec:
         raise RerunError(f"{file}: missing 'chapter: book/NN_slug.md'")
     path = chapter_path(spec["chapter"])
@@ -168,7 +239,8 @@ def load_sweep(file) -> tuple[Path, str, list[dict]]:
     for k, v in grid.items():
         if not isinstance(v, list) or not v:
             raise RerunError(f"{file}: grid.{k} must be a non-empty list of values")
-    points = [dict(fixed, **dict(zip(grid, combo))) for combo in itertools.product(*grid.values())] if grid else []
+    combos = itertools.product(*grid.values()) if grid else []
+    points = [dict(fixed, **dict(zip(grid, combo))) for combo in combos]
     points += [dict(fixed, **r) for r in (spec.get("runs") or [])]
     if not points:
         points = [dict(fixed)]
@@ -180,9 +252,15 @@ def load_sweep(file) -> tuple[Path, str, list[dict]]:
         except _params.ParameterError as exc:
             errors.append(f"run {i} {p}: {exc}")
     if errors:
-        raise _params.ParameterError(f"{file}: {len(errors)} of {len(points)} runs are invalid, nothing was run:\n"
-                                     + "\n".join(errors))
-    return path, str(spec.get("name") or file.stem), points
+        raise _params.ParameterError(f"{file}: {len(errors)} of {len(points)} runs are invalid, "
+                                     "nothing was run:\n" + "\n".join(errors))
+    unique, seen = [], set()
+    for p in points:  # a point given twice (grid and runs, or a repeated value) runs once
+        rid = run_id(path.stem, prepare(path, p)[1])
+        if rid not in seen:
+            seen.add(rid)
+            unique.append(p)
+    return path, str(spec.get("name") or file.stem), unique
 
 
 def _execute_star(args):
@@ -190,47 +268,69 @@ def _execute_star(args):
     return execute(chapter, overrides, out_dir, kernel=kernel, timeout_s=timeout_s)
 
 
+def _crashed_row(task, exc) -> dict:
+    chapter, overrides = task[0], task[1]
+    path, ov = prepare(chapter, overrides)
+    return {"run_id": run_id(path.stem, ov), "chapter": path.name, **{f"param.{k}": v for k, v in ov.items()},
+            "status": "failed", "error": f"worker crashed: {_short_error(exc)}", "seconds": float("nan")}
+
+
+def _write_results(rows: list[dict], order: dict, out_dir: Path):
+    """Write ``results.csv`` atomically, rows in the sweep's order (called as each run finishes)."""
+    import pandas as pd
+
+    df = pd.DataFrame(sorted(rows, key=lambda r: order.get(r["run_id"], 0)))
+    tmp = out_dir / f".results.csv.{os.getpid()}.tmp"
+    df.to_csv(tmp, index=False)
+    tmp.replace(out_dir / "results.csv")
+    return df
+
+
 def run_sweep(file, *, jobs: int = 2, out_root=DEFAULT_OUT, dask: str | None = None, kernel: str = "python3",
               timeout_s: int = 3600, progress: bool = True):
-    """Run every point of a sweep; returns the results table (pandas DataFrame)."""
-    import pandas as pd
+    """Run every distinct point of a sweep; returns the results table (pandas DataFrame), which is
+    also written to ``<out_root>/<sweep>/results.csv`` after each finished run (a crash loses nothing
+    that finished; a crashed worker's run is a failed row)."""
     from tqdm.auto import tqdm
 
     path, name, points = load_sweep(file)
     out_dir = Path(out_root) / name
     out_dir.mkdir(parents=True, exist_ok=True)
     tasks = [(str(path), p, str(out_dir), kernel, timeout_s) for p in points]
-    rows = []
+    order = {run_id(path.stem, prepare(path, p)[1]): i for i, p in enumerate(points)}
+    rows: list[dict] = []
     bar = tqdm(total=len(tasks), desc=name, unit="run", disable=not progress, file=sys.stderr)
+
+    def done(task, get):
+        try:
+            rows.append(get())
+        except Exception as exc:  # the worker died (killed, out of memory, lost Dask worker)
+            rows.append(_crashed_row(task, exc))
+        _write_results(rows, order, out_dir)
+        bar.update()
+
     if dask:
         from distributed import Client, as_completed
 
         with Client(dask) as client:
             futures = client.map(_execute_star, tasks, pure=False)
+            task_of = {f.key: t for f, t in zip(futures, tasks)}
             for fut in as_completed(futures):
-                rows.append(fut.result())
-                bar.update()
+                done(task_of[fut.key], fut.result)
     elif jobs <= 1:
         for t in tasks:
-            rows.append(_execute_star(t))
-            bar.update()
+            done(t, lambda t=t: _execute_star(t))
     else:
-        from concurrent.futures import ProcessPoolExecutor, as_completed as cf_completed
         import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures import as_completed as cf_completed
 
         with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-            futs = [pool.submit(_execute_star, t) for t in tasks]
+            futs = {pool.submit(_execute_star, t): t for t in tasks}
             for fut in cf_completed(futs):
-                rows.append(fut.result())
-                bar.update()
+                done(futs[fut], fut.result)
     bar.close()
-    order = {run_id(path.stem, prepare(path, p)[1]): i for i, p in enumerate(points)}
-    rows.sort(key=lambda r: order.get(r["run_id"], 0))
-    df = pd.DataFrame(rows)
-    tmp = out_dir / ".results.csv.tmp"
-    df.to_csv(tmp, index=False)
-    tmp.replace(out_dir / "results.csv")
-    return df
+    return _write_results(rows, order, out_dir)
 
 
 # --------------------------------------------------------------------------------------------- CLI
@@ -263,7 +363,8 @@ def main(argv=None) -> int:
                 raise RerunError("give either a chapter with -p overrides, or --sweep, not both")
             if a.jobs < 1:
                 raise RerunError("--jobs must be >= 1")
-            df = run_sweep(a.sweep, jobs=a.jobs, out_root=a.out, dask=a.dask, kernel=a.kernel, timeout_s=a.timeout)
+            df = run_sweep(a.sweep, jobs=a.jobs, out_root=a.out, dask=a.dask, kernel=a.kernel,
+                           timeout_s=a.timeout)
             failed = df[df["status"] != "ok"]
             out = Path(a.out) / load_sweep(a.sweep)[1] / "results.csv"
             print(f"{len(df) - len(failed)} of {len(df)} runs succeeded; results table: {out}")
@@ -280,9 +381,14 @@ def main(argv=None) -> int:
         for name, value in a.parameter:
             overrides[name] = _parse_value(value)
         path, overrides = prepare(a.chapter, overrides)
-        row = execute(path, overrides, Path(a.out) / path.stem, kernel=a.kernel, timeout_s=a.timeout, progress=True)
+        row = execute(path, overrides, Path(a.out) / path.stem, kernel=a.kernel, timeout_s=a.timeout,
+                      progress=True)
         if row["status"] != "ok":
-            print(f"FAILED {row['run_id']} {overrides}: {row['error']} (details: {row['path']}/error.txt)", file=sys.stderr)
+            print(f"FAILED {row['run_id']} {overrides}: {row['error']} (details: {row['path']}/error.txt)",
+                  file=sys.stderr)
+            if row.get("stale"):
+                print(f"the earlier result of this run id was moved to {row['stale']} (STALE.txt)",
+                      file=sys.stderr)
             return 1
         print(f"ok: {row['path']} ({row['seconds']} s); result row: {row['path']}/result.csv")
         return 0

@@ -116,9 +116,9 @@ class ModelSpec:
 _INT_FIELDS = [f.name for f in dataclasses.fields(ModelSpec) if f.type in ("int", int)]
 
 
-def _validate_model(m: ModelSpec) -> None:
+def _validate_model(m: ModelSpec, where: str = "data/models.csv") -> None:
     def bad(field_name, why):
-        raise SpecError(f"model {m.name!r}: {field_name} {why} (data/models.csv)")
+        raise SpecError(f"{where}: model {m.name!r}: {field_name} {why}")
 
     for f in ("n_layers", "hidden_size", "n_heads", "n_kv_heads", "head_dim", "vocab_size", "max_context"):
         if getattr(m, f) <= 0:
@@ -148,10 +148,18 @@ def _validate_model(m: ModelSpec) -> None:
         bad("ffn_intermediate", "must be positive when there are dense layers")
 
 
-def _as_int(v) -> int:
-    if v is None or (isinstance(v, float) and math.isnan(v)) or v == "":
+def _as_int(v, where: str = "", field: str = "") -> int:
+    """An integer field: empty is 0; a whole number (8 or 8.0) is accepted; 8.5 or text is an error
+    naming the file, line, row and field."""
+    if v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip()):
         return 0
-    return int(v)
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        f = None
+    if f is None or not math.isfinite(f) or f != int(f):
+        raise SpecError(f"{where or 'data'}: {field or 'value'} = {v!r} is not an integer")
+    return int(f)
 
 
 @functools.lru_cache(maxsize=1)
@@ -160,12 +168,13 @@ def _models() -> dict[str, ModelSpec]:
     out: dict[str, ModelSpec] = {}
     for i, row in df.iterrows():
         kw = {}
+        where = f"{data.where(df, i)} (model {row.get('name')!r})"
         for f in dataclasses.fields(ModelSpec):
             v = row.get(f.name)
             if f.type in ("int", int):
-                kw[f.name] = _as_int(v)
+                kw[f.name] = _as_int(v, where, f.name)
             elif f.type in ("bool", bool):
-                kw[f.name] = bool(_as_int(v))
+                kw[f.name] = bool(_as_int(v, where, f.name))
             elif f.type in ("float", float):
                 kw[f.name] = float(v)
             else:
@@ -173,9 +182,9 @@ def _models() -> dict[str, ModelSpec]:
         if kw["v_head_dim"] == 0:
             kw["v_head_dim"] = kw["head_dim"]
         m = ModelSpec(**kw)
-        _validate_model(m)
+        _validate_model(m, data.where(df, i))
         if m.name in out:
-            raise SpecError(f"model {m.name!r} appears twice in data/models.csv")
+            raise SpecError(f"{data.where(df, i)}: model {m.name!r} appears twice in data/models.csv")
         out[m.name] = m
     return out
 
@@ -244,27 +253,28 @@ def _hardware() -> dict[str, HardwareSpec]:
         raise SpecError(f"data/hardware.csv lacks columns {sorted(need - set(df.columns))}")
     out: dict[str, HardwareSpec] = {}
     for i, row in df.iterrows():
-        line = i + 2
+        at = data.where(df, i)  # data/hardware.csv:LINE, comment lines counted
         unit = str(row["unit"]).strip()
         if unit not in UNITS:
-            raise SpecError(f"data/hardware.csv line {line}: unknown unit {unit!r}; known: {sorted(UNITS)}")
+            raise SpecError(f"{at}: unknown unit {unit!r}; known: {sorted(UNITS)}")
         try:
             value = float(row["value"])
         except (TypeError, ValueError):
-            raise SpecError(f"data/hardware.csv line {line}: value {row['value']!r} is not a number") from None
+            raise SpecError(f"{at}: value {row['value']!r} is not a number") from None
         if not math.isfinite(value) or value < 0:
-            raise SpecError(f"data/hardware.csv line {line}: {row['quantity']} = {value} must be finite and >= 0")
+            raise SpecError(f"{at}: {row['quantity']} = {value} must be finite and >= 0")
         name, cat = str(row["device"]), str(row["category"])
         hw = out.setdefault(name, HardwareSpec(name, cat, {}, {}))
         if hw.category != cat:
-            raise SpecError(f"data/hardware.csv line {line}: {name!r} is both {hw.category!r} and {cat!r}")
+            raise SpecError(f"{at}: {name!r} is both {hw.category!r} and {cat!r}")
         q = str(row["quantity"])
         if q in hw.values:
-            raise SpecError(f"data/hardware.csv line {line}: {name!r} {q!r} given twice")
+            raise SpecError(f"{at}: {name!r} {q!r} given twice")
         hw.values[q] = value * UNITS[unit]
         notes = row.get("notes")
-        hw.provenance[q] = (str(row["source"]), str(row["date"]), bool(_as_int(row.get("estimate"))),
-                            "" if notes is None or (isinstance(notes, float) and math.isnan(notes)) else str(notes))
+        notes = "" if notes is None or (isinstance(notes, float) and math.isnan(notes)) else str(notes)
+        estimate = bool(_as_int(row.get("estimate"), at, "estimate"))
+        hw.provenance[q] = (str(row["source"]), str(row["date"]), estimate, notes)
     return out
 
 

@@ -18,7 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from analysis.disagg import devices, search as S, study  # noqa: E402
+from analysis.disagg import devices, study  # noqa: E402
+from analysis.disagg import search as S
 from analysis.forward import Efficiency, Precision  # noqa: E402
 
 
@@ -47,7 +48,8 @@ def main(argv=None) -> int:
     n, t = measure(a.model, S.default_hardware(a.device), S.Grid(), a.repeat)
     print(f"GPU search ({a.model}, {a.device}): {n:,} distinct candidates in {t * 1e3:.1f} ms "
           f"= {n / t:,.0f} candidates/s")
-    n2, t2 = measure(a.model, S.default_hardware(devices.npu_names()), study.npu_grid(), max(1, a.repeat // 2))
+    n2, t2 = measure(a.model, S.default_hardware(devices.npu_names()), study.npu_grid(),
+                     max(1, a.repeat // 2))
     print(f"NPU search ({a.model}, 12 design points per role): {n2:,} candidates in {t2:.2f} s "
           f"= {n2 / t2:,.0f} candidates/s")
     rate = min(n / t, n2 / t2)

@@ -55,7 +55,8 @@ def main(argv=None) -> int:
     print(f"trace {tr.name}: {tr.n_requests:,} requests, {tr.n_blocks:,} block accesses, "
           f"{tr.n_unique_blocks:,} distinct blocks (read in {t_load:.2f} s)")
     print(f"one-pass curve, all {hc.capacities.size:,} step capacities: {t_one:.3f} s (best of {a.repeat})")
-    print(f"reference LRU simulator at {caps.size} capacities: {t_ref:.2f} s ({t_ref / caps.size:.3f} s each)")
+    print(f"reference LRU simulator at {caps.size} capacities: {t_ref:.2f} s "
+          f"({t_ref / caps.size:.3f} s each)")
     print(f"exact agreement at all {caps.size} capacities: {exact}")
     print(f"speed-up: {ratio:.1f}x")
     ok = exact and t_one < 2.0 and ratio >= 10

@@ -8,8 +8,8 @@ The reference does, for the same sequence length, exactly the matrix products of
 per query chunk, as the forward computes them; no LM head) and nothing else: the ratio
 ``reference time / forward time`` is the fraction of the machine's matmul rate the forward reaches
 (target >= 50%).  Capture overhead: forward with the per-window attention reduction of the
-experiment versus without (target <= 30%).  Timings are the best of ``--repeat`` interleaved rounds (other processes on the
-machine distort them: the script prints the load average).
+experiment versus without (target <= 30%).  Timings are the best of ``--repeat`` interleaved rounds
+(other processes on the machine distort them: the script prints the load average).
 """
 from __future__ import annotations
 
@@ -62,7 +62,8 @@ def flops(model, T, chunk=256):
     c = model.cfg
     lin = 2 * T * (c.d_model * (c.d_model + 2 * c.n_kv_heads * c.head_dim) + c.d_model * c.d_model
                    + c.d_model * 2 * c.d_ff + c.d_ff * c.d_model)
-    att = sum(2 * 2 * c.n_heads * (min(T, s + chunk) - s) * min(T, s + chunk) * c.head_dim for s in range(0, T, chunk))
+    att = sum(2 * 2 * c.n_heads * (min(T, s + chunk) - s) * min(T, s + chunk) * c.head_dim
+              for s in range(0, T, chunk))
     return c.n_layers * (lin + att)
 
 
@@ -79,7 +80,8 @@ def main(argv=None):
     t = interleaved({
         "ref": matmul_reference(model, T),
         "fwd": lambda: model.prefill(ids, logits="none"),
-        "cap": lambda: model.prefill(ids, logits="none", capture=PrefillCapture(c.n_layers, c.n_heads, T, 32)),
+        "cap": lambda: model.prefill(ids, logits="none",
+                                     capture=PrefillCapture(c.n_layers, c.n_heads, T, 32)),
     }, a.repeat)
     t_ref, t_fwd, t_cap = t["ref"], t["fwd"], t["cap"]
     import os as _os
@@ -87,7 +89,8 @@ def main(argv=None):
     fl = flops(model, T)
     print(f"tokens                        {T}   (load average {load:.1f} on {_os.cpu_count()} CPUs)")
     print(f"matmul reference (same shapes) {t_ref:.3f} s  {fl / t_ref / 1e9:.1f} GFLOP/s")
-    print(f"numpy forward (prefill)        {t_fwd:.3f} s  {fl / t_fwd / 1e9:.1f} GFLOP/s  {T / t_fwd:.0f} tokens/s")
+    print(f"numpy forward (prefill)        {t_fwd:.3f} s  {fl / t_fwd / 1e9:.1f} GFLOP/s  "
+          f"{T / t_fwd:.0f} tokens/s")
     print(f"forward with attention capture {t_cap:.3f} s")
     print(f"ratio forward / matmul rate    {t_ref / t_fwd:.1%}  (target >= 50%)")
     print(f"attention-capture overhead     {t_cap / t_fwd - 1:+.1%}  (target <= 30%)")

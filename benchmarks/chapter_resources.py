@@ -168,7 +168,8 @@ def main(argv=None) -> int:
             for kind in ("cold", "warm"):
                 print(f"{ch} ({kind} result cache) ...", flush=True)
                 r = measure(ch, cache, Path(tmp) / f"runs-{ch}-{kind}")
-                print(f"  {r['status']}: {r['seconds']:.1f} s, kernel peak RSS {r['kernel_peak_rss_bytes'] / 1e6:,.0f} MB"
+                print(f"  {r['status']}: {r['seconds']:.1f} s, kernel peak RSS "
+                      f"{r['kernel_peak_rss_bytes'] / 1e6:,.0f} MB"
                       f" (process tree {r['tree_peak_rss_bytes'] / 1e6:,.0f} MB) {r['error']}", flush=True)
                 rows.append({"chapter": ch, "cache": kind, **r, **mach, "date": today, "source": SOURCE})
     new = pd.DataFrame(rows)
@@ -177,10 +178,14 @@ def main(argv=None) -> int:
         new = pd.concat([old[~old["chapter"].isin(chapters)], new], ignore_index=True)
     new = new.sort_values(["chapter", "cache"]).reset_index(drop=True)
     header = ("# Time and peak memory of each chapter run through papermill with its default parameters,\n"
-              "# with an empty (cold) and a filled (warm) result cache. Written by benchmarks/chapter_resources.py;\n"
-              "# read by book/appendix_reproduce.md. seconds: wall time; kernel_peak_rss_bytes: the kernel's VmHWM;\n"
-              "# tree_peak_rss_bytes: largest sum of RSS of the kernel and its children at any 0.1 s sample;\n"
-              "# load_avg_1min: the machine's 1-minute load average before/after the run (other work slows it).\n")
+              "# with an empty (cold) and a filled (warm) result cache. Written by "
+              "benchmarks/chapter_resources.py;\n"
+              "# read by book/appendix_reproduce.md. seconds: wall time; kernel_peak_rss_bytes: the "
+              "kernel's VmHWM;\n"
+              "# tree_peak_rss_bytes: largest sum of RSS of the kernel and its children at any 0.1 s "
+              "sample;\n"
+              "# load_avg_1min: the machine's 1-minute load average before/after the run (other work "
+              "slows it).\n")
     a.out.write_text(header + new.to_csv(index=False))
     print(f"wrote {a.out.relative_to(REPO) if a.out.is_relative_to(REPO) else a.out} ({len(new)} rows)")
     return 0 if (new["status"] == "ok").all() else 1

@@ -198,7 +198,9 @@ async function run() {
   const imgs = Array.from(document.images);
   while (Date.now() - t0 < 15000 && !imgs.every(i => i.complete)) await new Promise(r => setTimeout(r, 100));
   if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
-    try { await Promise.race([MathJax.startup.promise, new Promise(r => setTimeout(r, 15000))]); } catch (e) {}
+    try {
+      await Promise.race([MathJax.startup.promise, new Promise(r => setTimeout(r, 15000))]);
+    } catch (e) {}
   }
   window.scrollTo(0, 0);
   const report = {};
@@ -249,8 +251,10 @@ const t0 = Date.now();
 (async () => {
   while (Date.now() - t0 < 20000) {
     const links = Array.from(document.querySelectorAll('#search-results ul.search li a'));
-    const status = (document.querySelector('#search-results .search-summary, #search-results p') || {innerText: ''}).innerText;
-    if (links.length || /did not match|found 0|no results|matched no/i.test(status)) return {links: links.map(a => a.href), status};
+    const summary = document.querySelector('#search-results .search-summary, #search-results p');
+    const status = (summary || {innerText: ''}).innerText;
+    if (links.length || /did not match|found 0|no results|matched no/i.test(status))
+      return {links: links.map(a => a.href), status};
     if (/Searching/i.test(status) || !status) { await new Promise(r => setTimeout(r, 100)); continue; }
     await new Promise(r => setTimeout(r, 100));
   }

@@ -179,9 +179,11 @@ def test_chapter_ends_with_rerun_and_versions(browser, base_url, screenshots, do
     last, stem = r["lastCellText"], docname.split("/")[-1]
     problems = []
     if f"python -m analysis.rerun book/{stem}.md" not in last:
-        problems.append(f"the last cell does not say how to rerun it (python -m analysis.rerun book/{stem}.md)")
+        problems.append(f"the last cell does not say how to rerun it "
+                        f"(python -m analysis.rerun book/{stem}.md)")
     if not re.search(r"Built with.*python \d+\.\d+", last, re.S):
-        problems.append("the last cell does not list the versions it was built with ('Built with python X.Y ...')")
+        problems.append("the last cell does not list the versions it was built with "
+                        "('Built with python X.Y ...')")
     if r["afterLastCell"]:
         problems.append(f"content after the rerun footer: {r['afterLastCell'][:3]}")
     assert not problems, f"{docname}.html:\n  " + "\n  ".join(problems)
@@ -266,8 +268,8 @@ def test_search_finds_chapter_by_a_title_word(browser, base_url, screenshots, do
     hits = [urllib.parse.urldefrag(h)[0].split("?")[0] for h in res["links"]]
     assert not bh.console_errors(console) and not bh.failed_requests(perf), \
         f"search.html: {bh.console_errors(console)} {bh.failed_requests(perf)}"
-    assert target in hits, (f"searching for {word!r} (from the title {title!r}) does not list {docname}.html; "
-                            f"results: {res['links'][:8]}, status: {res['status']!r}")
+    assert target in hits, (f"searching for {word!r} (from the title {title!r}) does not list "
+                            f"{docname}.html; results: {res['links'][:8]}, status: {res['status']!r}")
 
 def test_screenshots_taken(browser, base_url, screenshots):
     for d in PAGES:

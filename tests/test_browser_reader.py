@@ -113,7 +113,8 @@ def colour_problems(code: str, named: set[str], from_plots: set[str] = frozenset
         elif isinstance(node, ast.Attribute):
             name = _dotted(node)
             if re.search(r"(^|\.)(cm|colormaps)\.[A-Za-z]", name) or name.endswith(".colormaps"):
-                out.append(f"line {line}: {name} picks a matplotlib colour map; use plots.SEQUENTIAL/DIVERGING")
+                out.append(f"line {line}: {name} picks a matplotlib colour map; "
+                           "use plots.SEQUENTIAL/DIVERGING")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             s = node.value.strip()
             if HEX.match(s) or s.lower().startswith(("tab:", "xkcd:")) or s.lower() in named:
@@ -131,7 +132,9 @@ def _code_cells(docname: str) -> list[str]:
 def test_colour_rule_catches_own_colours():
     """The checker itself: it must flag a chapter's own colours and accept the book's palette."""
     named = _named_colours()
-    bad = ('ax.plot(x, y, color="tab:red")\nax.scatter(x, y, c=["red" if v else "k" for v in w] or "blue")\nax.bar(x, y, color="#1f77b4")\nsns.heatmap(d, cmap="RdBu")\n'
+    bad = ('ax.plot(x, y, color="tab:red")\n'
+           'ax.scatter(x, y, c=["red" if v else "k" for v in w] or "blue")\n'
+           'ax.bar(x, y, color="#1f77b4")\nsns.heatmap(d, cmap="RdBu")\n'
            'sns.set_palette("husl")\nc = plt.cm.viridis(0.3)\nMODE = {"P": "orange"}\n')
     problems = colour_problems(bad, named)
     assert len(problems) >= 7, problems
@@ -140,8 +143,8 @@ def test_colour_rule_catches_own_colours():
             'ax.fill_between(x, y, color="grey", alpha=0.1)\nax.scatter(x, y, edgecolors="0.3")\n'
             'ax.scatter(x, y, c=[rc[r] for r in d["ratio"]])\n')
     assert colour_problems(good, named) == []
-    cells = ["pal = dict(zip(order, plots.PALETTE * 2))\nmine = ['red', 'blue']", "sns.lineplot(d, palette=pal)",
-             "sns.lineplot(d, palette=mine)"]
+    cells = ["pal = dict(zip(order, plots.PALETTE * 2))\nmine = ['red', 'blue']",
+             "sns.lineplot(d, palette=pal)", "sns.lineplot(d, palette=mine)"]
     from_plots = names_from_plots(cells)
     assert colour_problems(cells[1], named, from_plots) == []
     assert colour_problems(cells[2], named, from_plots), "a palette of the chapter's own passed"
@@ -221,10 +224,12 @@ def test_appendix_lists_time_and_memory_of_every_chapter():
     section = re.sub(r"<[^>]+>", " ", page[i:])
     rows = {}
     for ch in (d.split("/")[-1] for d in CHAPTERS):
-        m = re.search(rf"{re.escape(ch)}\s+(not measured yet|[\d,.]+ s\s+[\d.]+ [kMG]B\s+[\d,.]+ s\s+[\d.]+ [kMG]B)", section)
+        measured = r"[\d,.]+ s\s+[\d.]+ [kMG]B\s+[\d,.]+ s\s+[\d.]+ [kMG]B"
+        m = re.search(rf"{re.escape(ch)}\s+(not measured yet|{measured})", section)
         rows[ch] = m.group(1) if m else None
     missing = [ch for ch, r in rows.items() if r is None]
-    assert not missing, f"chapters without a row (time and memory, or 'not measured yet') in the appendix: {missing}"
+    assert not missing, ("chapters without a row (time and memory, or 'not measured yet') in the appendix: "
+                         f"{missing}")
 
 
 def test_linkcheck_report_is_recorded_honestly(tmp_path):
@@ -236,7 +241,8 @@ def test_linkcheck_report_is_recorded_honestly(tmp_path):
     spec = importlib.util.spec_from_file_location("links_table", bh.REPO / "_ext" / "links_table.py")
     lt = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(lt)
-    no_dns = ("HTTPSConnectionPool(host='arxiv.org', port=443): Max retries exceeded with url: /abs/1 (Caused by "
+    no_dns = ("HTTPSConnectionPool(host='arxiv.org', port=443): Max retries exceeded with url: /abs/1 "
+              "(Caused by "
               "NameResolutionError(\"<urllib3.connection.HTTPSConnection object at 0x7f>: Failed to resolve "
               "'arxiv.org' ([Errno -2] Name or service not known)\"))")
     report = tmp_path / "output.json"

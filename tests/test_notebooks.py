@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis import rerun
+from analysis import deps, rerun
 
 REPO = Path(__file__).resolve().parent.parent
 SMOKE = sorted((REPO / "sweeps").glob("smoke_*.yaml"))
@@ -17,10 +17,18 @@ def test_every_chapter_has_a_smoke_sweep():
 
 @pytest.mark.notebook
 @pytest.mark.parametrize("sweep", SMOKE, ids=[s.stem for s in SMOKE])
-def test_chapter_executes_with_small_parameters(sweep, tmp_path):
+def test_chapter_executes_with_small_parameters(sweep, tmp_path, monkeypatch):
+    reads = tmp_path / "reads.log"
+    monkeypatch.setenv("KVBOOK_TRACE_READS", str(reads))  # the kernel inherits it (analysis.data)
     df = rerun.run_sweep(sweep, jobs=1, out_root=tmp_path, progress=False)
     failed = df[df.status != "ok"]
     assert failed.empty, failed[["run_id", "error"]].to_string()
     glued = [c for c in df.columns if c.startswith("glue.")]
     assert glued, "the chapter glued no values"
     assert df[glued].notna().all().all()
+    # every file the chapter read is part of its execution-cache key (analysis.deps, static)
+    read = set(reads.read_text().split()) if reads.exists() else set()
+    chapter = rerun.load_sweep(sweep)[0]
+    static = set(deps.chapter_deps(chapter)["files"])
+    assert read or not static, "no read was recorded (KVBOOK_TRACE_READS not honoured?)"
+    assert read <= static, f"read but missing from the key of {chapter.name}: {sorted(read - static)}"

@@ -6,12 +6,14 @@ from analysis import report
 
 
 @pytest.mark.parametrize("value,fmt,want", [
-    (4456, None, "4,456"), (28538, "{:,}", "28,538"), (0.123, "{:.1%}", "12.3%"), ("(1, 2)", None, "(1, 2)"),
-    (327680, "bytes", "328 kB"), (-3.5, "{:+.1f}", "-3.5"), (True, None, "True"), ("reproduced", None, "reproduced"),
+    (4456, None, "4,456"), (28538, "{:,}", "28,538"), (0.123, "{:.1%}", "12.3%"),
+    ("(1, 2)", None, "(1, 2)"), (327680, "bytes", "328 kB"), (-3.5, "{:+.1f}", "-3.5"), (True, None, "True"),
+    ("reproduced", None, "reproduced"),
 ])
 def test_glue_text_round_trips_through_myst_nb(monkeypatch, value, fmt, want):
     shown = {}
-    monkeypatch.setattr("IPython.display.display", lambda data, **kw: shown.update(data=data, md=kw["metadata"]))
+    monkeypatch.setattr("IPython.display.display",
+                        lambda data, **kw: shown.update(data=data, md=kw["metadata"]))
     assert report.glue("k", value, fmt) == want
     plain = shown["data"][report.GLUE_PREFIX + "text/plain"]
     assert format_plain_text(plain, "s") == want

@@ -166,9 +166,13 @@ class HitCurve:
         return int(self.capacities[min(i, len(cum) - 1)])
 
     def per_request_hit_tokens(self, cap_blocks: float) -> np.ndarray:
-        """Prefix-hit tokens of each request at one capacity (blocks)."""
+        """Prefix-hit tokens of each request at one capacity (blocks); 0 for a request without blocks.
+
+        Per-request sums as differences of one cumulative sum at the request offsets
+        (``np.add.reduceat`` would give a zero-block request the next request's first block)."""
         w = np.where((self.run_max <= cap_blocks) & (self.run_max <= self.n_distinct), self.block_tokens, 0)
-        return np.add.reduceat(w, self.offsets[:-1]) if w.size else w
+        cum = np.concatenate(([0], np.cumsum(w, dtype=np.int64)))
+        return cum[self.offsets[1:]] - cum[self.offsets[:-1]]
 
     def tier_split(self, tier_blocks) -> np.ndarray:
         """Per-request hit tokens served by each of a hierarchy of exclusive LRU tiers.

@@ -1,0 +1,172 @@
+"""Per-page execution-cache keys and per-function result-cache keys (analysis.deps, build, cache)."""
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from analysis import build, cache, deps
+
+REPO = Path(__file__).resolve().parent.parent
+BOOK = REPO / "book"
+CHAPTERS = sorted(p.stem for p in BOOK.glob("[0-9][0-9]_*.md"))
+
+
+def _pages_depending_on(rel: str) -> set[str]:
+    out = set()
+    for page in build.pages():
+        d = deps.chapter_deps(page)
+        files = {deps.module_file(m).relative_to(REPO).as_posix() for m in d["modules"]} | set(d["files"])
+        if rel in files:
+            out.add(page.stem)
+    return out
+
+
+def test_every_chapter_is_a_keyed_page():
+    assert set(CHAPTERS) <= {p.stem for p in build.pages()}
+    assert "intro" not in {p.stem for p in build.pages()}  # no code: nothing to key
+
+
+def test_qevict_policies_invalidates_chapters_4_and_5_only():
+    assert _pages_depending_on("analysis/qevict/policies.py") == {"04_qevict", "05_where_kv_lives"}
+
+
+def test_tiering_invalidates_chapters_2_and_5_only():
+    assert _pages_depending_on("analysis/tiering/replay.py") == {"02_ssd_offload", "05_where_kv_lives"}
+
+
+def test_hardware_table_invalidates_the_pages_that_read_it():
+    pages = _pages_depending_on("data/hardware.csv")
+    assert "04_qevict" not in pages  # chapter 4 runs a language model; it reads no hardware row
+    assert {"01_kv_footprint", "02_ssd_offload", "03_disagg", "05_where_kv_lives"} <= pages
+
+
+def test_benchmark_output_invalidates_no_chapter():
+    # written by benchmarks/chapter_resources.py; only the appendix, which shows it, depends on it
+    assert _pages_depending_on("data/chapter_resources.csv") == {"appendix_reproduce"}
+
+
+def test_core_module_invalidates_every_chapter_that_imports_it():
+    assert _pages_depending_on("analysis/report.py") >= set(CHAPTERS)
+    assert _pages_depending_on("analysis/rerun.py") == set()  # the CLI is not run by any page
+
+
+def test_relative_and_lazy_imports_are_followed():
+    mods = deps.closure(["analysis.kv_params"])
+    assert "analysis.specs" in mods  # imported inside a function (choices of the schema)
+    assert "analysis.params" in mods and "analysis" in mods  # parent package included
+    tree = ast.parse("from ..forward import x\nfrom . import study\nimport analysis.tiering.hitcurve as h")
+    assert deps.imports_of(tree, "analysis.disagg.search") == {
+        "analysis", "analysis.forward", "analysis.disagg", "analysis.disagg.study", "analysis.tiering",
+        "analysis.tiering.hitcurve"}
+    assert "analysis.tiering.hitcurve" in deps.imports_of(tree)
+
+
+def test_file_mentions_and_loader_calls():
+    code = ast.parse("from analysis import data as d\nd.published('x')\nd.table(name)\n"
+                     "msg = 'see data/models.csv line 3'")
+    files = deps.files_read(code)
+    assert {"data/published.csv", "data/models.csv", "data/hardware.csv"} <= files  # table(name): all
+    assert deps.files_read(ast.parse("x = 'npu_models.csv'")) == set()  # a name inside another name
+    prose = '"""Reads data/models.csv."""\ndef f():\n    "see hardware.csv"'
+    assert deps.files_read(ast.parse(prose)) == set()  # docstrings read nothing
+
+
+_PROBE = """
+import json, sys
+exec(sys.argv[1], {})
+print(json.dumps(sorted(m for m in sys.modules if m == "analysis" or m.startswith("analysis."))))
+"""
+
+
+@pytest.mark.parametrize("page", [p.name for p in build.pages()])
+def test_static_closure_covers_the_modules_a_page_loads(page):
+    """Run the page's import statements (and import its schema, as params.check does) in a fresh
+    interpreter: every module of analysis that this loads must be in the page's key."""
+    from analysis.params import CHAPTERS
+
+    path = BOOK / page
+    tree = deps.chapter_tree(path)
+    imports = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    code = ast.unparse(ast.Module(body=imports, type_ignores=[]))
+    if path.stem in CHAPTERS:
+        code += f"\nimport {CHAPTERS[path.stem].split(':')[0]}"
+    out = subprocess.run([sys.executable, "-c", _PROBE, code], capture_output=True, text=True, cwd=REPO,
+                         check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    loaded = set(json.loads(out.stdout.strip().splitlines()[-1]))
+    static = set(deps.chapter_deps(path)["modules"])
+    assert "analysis.report" in loaded
+    assert loaded <= static, f"imported but not in the key: {sorted(loaded - static)}"
+
+
+def test_changed_pages_names_the_changed_files():
+    old = {"book/a.md": {"analysis/x.py": "1", "data/h.csv": "1"}, "book/b.md": {"analysis/y.py": "1"}}
+    new = {"book/a.md": {"analysis/x.py": "1", "data/h.csv": "2"}, "book/b.md": {"analysis/y.py": "1"},
+           "book/c.md": {}}
+    assert build.changed_pages(old, new) == {"book/a.md": ["data/h.csv"], "book/c.md": ["no earlier key"]}
+
+
+def test_invalidate_removes_only_the_records_of_changed_pages(tmp_path, monkeypatch):
+    import nbformat
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+
+    monkeypatch.setattr(build, "BUILD", tmp_path)
+    monkeypatch.setattr(build, "JCACHE", tmp_path / "jc")
+    monkeypatch.setattr(build, "KEYS", tmp_path / "keys.json")
+    monkeypatch.setattr(build, "OLD_STAMP", tmp_path / "old")
+    jc = get_cache(str(tmp_path / "jc"))
+    pages = [p for p in build.pages() if p.stem in ("01_kv_footprint", "04_qevict")]
+    for i, p in enumerate(pages):
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f"x = {i}")])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        jc.cache_notebook_bundle(CacheBundleIn(nb, str(p)), check_validity=False)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("y = 1")])
+    jc.cache_notebook_bundle(CacheBundleIn(nb, str(tmp_path / "elsewhere.md")), check_validity=False)
+    current = build.plan()
+    old = json.loads(json.dumps(current))
+    old["book/04_qevict.md"]["analysis/qevict/policies.py"] = "an older version"
+    (tmp_path / "keys.json").write_text(json.dumps(old))
+    changed = build.invalidate(verbose=False)
+    assert set(changed) == {"book/04_qevict.md"}
+    left = {Path(r.uri).stem for r in get_cache(str(tmp_path / "jc")).list_cache_records()}
+    assert left == {"01_kv_footprint"}  # 04's record (changed key) and the unknown page's are gone
+    assert json.loads((tmp_path / "keys.json").read_text()) == current
+    assert build.invalidate(verbose=False) == {}  # nothing changed: nothing removed
+
+
+def test_result_cache_key_follows_the_function_modules(monkeypatch):
+    from analysis.qevict import runner
+
+    fn = lambda: runner.run_document  # a compute lambda, as chapters pass them
+    assert "analysis.qevict.runner" in deps.function_modules(fn)
+    files = deps.fingerprint(deps.module_deps(deps.function_modules(fn)))
+    assert "analysis/qevict/policies.py" in files and "analysis/tiering/replay.py" not in files
+    k0 = cache.key("ns", {"a": 1}, compute=fn)
+    real = deps._file_hash
+
+    def edited(target):
+        return lambda p: "edited" if Path(p).as_posix().endswith(target) else real(p)
+
+    monkeypatch.setattr(deps, "_file_hash", edited("analysis/tiering/replay.py"))
+    assert cache.key("ns", {"a": 1}, compute=fn) == k0  # another chapter's code: same key
+    monkeypatch.setattr(deps, "_file_hash", edited("analysis/qevict/policies.py"))
+    assert cache.key("ns", {"a": 1}, compute=fn) != k0
+
+
+def test_function_modules_of_notebook_lambdas_and_closures():
+    import functools
+
+    from analysis.disagg import study
+
+    ns = {"study": study}
+    fn = eval("lambda: study.ratio_sweep()", ns)  # as defined in a chapter (module __main__)
+    assert deps.function_modules(fn) == {"analysis.disagg.study"}
+    from analysis.tiering.hitcurve import HitCurve
+    assert "analysis.tiering.hitcurve" in deps.function_modules(functools.partial(lambda h: h, HitCurve))
+    hc = HitCurve
+    assert "analysis.tiering.hitcurve" in deps.function_modules(lambda: hc)
+    assert cache.code_hash(True, lambda: 1) == cache.package_hash()  # nothing traceable: whole package
