@@ -34,6 +34,13 @@ def test_validation_and_ordering():
     assert V.verdict_ordering(2.0, 1.0) == VERDICTS[0] and V.verdict_ordering(1.0, 2.0) == VERDICTS[2]
 
 
+def test_range_verdict_widens_the_published_range_by_the_tolerance():
+    assert V.verdict_range(3.0, 2.0, 4.6) == VERDICTS[0]
+    assert V.verdict_range(1.51, 2.0, 4.6) == VERDICTS[0] and V.verdict_range(1.49, 2.0, 4.6) == VERDICTS[2]
+    assert V.verdict_range(5.74, 2.0, 4.6) == VERDICTS[0] and V.verdict_range(5.76, 2.0, 4.6) == VERDICTS[2]
+    assert V.verdict_range(float("nan"), 2.0, 4.6) == VERDICTS[3]
+
+
 def test_verdicts_gathers_all_three():
     v = V.verdicts(pd_gain=0.5, published_pd_gain=0.75, ranking=["PD", "PDAF"], rho_sweep=0.75, rho_abl=-0.2)
     assert v == {"a": VERDICTS[2], "b": VERDICTS[1], "c": VERDICTS[1]}
