@@ -300,6 +300,49 @@ def production_cells(device="H800-SXM5-80GB", budget=256,
     return pd.DataFrame(rows)
 
 
+# Single-effect changes on the expert-parallel side, each stated before it is computed; none is adopted
+# by the model (none is established for these deployments): the table shows how large a missing effect
+# would have to be to close the DeepSeek-V3 gap or flip the Step-3 ordering.
+EP_SENSITIVITY = (
+    ("as modelled", {}, None),
+    ("MoE load imbalance 1.5", {"moe_imbalance": 1.5}, None),
+    ("MoE load imbalance 2.0", {"moe_imbalance": 2.0}, None),
+    ("links at 50% of peak", {"link": 0.5}, None),
+    ("links at 35% of peak", {"link": 0.35}, None),
+    ("memory reserve 20%", {"mem_reserve": 0.2}, None),
+    ("memory reserve 30%", {"mem_reserve": 0.3}, None),
+    ("memory reserve 50%", {"mem_reserve": 0.5}, None),
+    ("no two-micro-batch overlap", {}, (1,)),
+)
+
+
+def production_sensitivity(device="H800-SXM5-80GB", budget=256,
+                           eff: Efficiency | None = None) -> pd.DataFrame:
+    """The StepFun cells (Step-3 AFD, DeepSeek-V3 EP decode, Step-3 EP decode; tokens/s per GPU) under
+    each single change of :data:`EP_SENSITIVITY` to ``eff`` (default: the stated efficiencies) or the
+    overlap choices, with DeepSeek-V3's error against its published figure and whether AFD beats
+    plain decode for Step-3."""
+    from dataclasses import replace
+
+    from .. import data
+    from . import production as P
+
+    base = eff or Efficiency()
+    pub = data.published("stepfun_dsv3_tps_per_gpu")["value"]
+    rows = []
+    for name, kw, overlaps in EP_SENSITIVITY:
+        e = base.replace(**kw)
+        g = P.validation_grid(budget)
+        if overlaps:
+            g = replace(g, overlaps=overlaps)
+        t = {f"{m} {md}": P.decode_throughput(m, device, md, budget=budget, eff=e,
+                                               grid=g)["tokens_per_s_per_device"]
+             for m, md in (("Step-3", "AFD"), ("DeepSeek-V3", "D"), ("Step-3", "D"))}
+        rows.append({"change": name, **t, "DeepSeek-V3 error": t["DeepSeek-V3 D"] / pub - 1,
+                     "AFD above D": bool(t["Step-3 AFD"] > t["Step-3 D"])})
+    return pd.DataFrame(rows)
+
+
 def gain_cells(eff_calibrated: Efficiency | None = None, *, megascale_device="A800-SXM4-80GB",
                megascale_budget=64, distserve_budget=8, n_requests=600) -> pd.DataFrame:
     """The validation cells that publish a gain rather than a throughput, raw (stated efficiencies) and
