@@ -130,9 +130,10 @@ def npu_price_models(npu_points) -> dict:
 
 def ratio_sweep(models, gpus, npu_points, ratios, output_tokens, *, ttft_slo_s, ttft_slo_s_per_1k_input,
                 tpot_slo_s, budget, precision, af_over_scaleup, enforce_context, role_hardware=None,
-                jobs=2) -> pd.DataFrame:
+                jobs=2, eff: Efficiency = Efficiency()) -> pd.DataFrame:
     """Best plan of every mode for every model x hardware set x input/output ratio. GPUs are compared
-    per device; the NPU set (roles choose their design point) per dollar of estimated device price."""
+    per device; the NPU set (roles choose their design point) per dollar of estimated device price.
+    ``eff``: the efficiencies every cell is priced with (default: the stated ones)."""
     sets = hardware_sets(gpus, npu_points, role_hardware)
     tasks = []
     for hw_name, hw in sets.items():
@@ -147,7 +148,7 @@ def ratio_sweep(models, gpus, npu_points, ratios, output_tokens, *, ttft_slo_s, 
                                    objective="dollar" if npu else "device", grid=grid,
                                    enforce_context=enforce_context,
                                    price_models=npu_price_models(npu_points) if npu else None,
-                                   whole=(WHOLE_SET,)), r))
+                                   whole=(WHOLE_SET,), eff=eff), r))
     rows = []
     for (args, kw, r), cell in zip(tasks, parallel_map(run_cell_task, [(a, k) for a, k, _ in tasks], jobs)):
         for row in cell:
@@ -341,6 +342,26 @@ def production_sensitivity(device="H800-SXM5-80GB", budget=256,
         rows.append({"change": name, **t, "DeepSeek-V3 error": t["DeepSeek-V3 D"] / pub - 1,
                      "AFD above D": bool(t["Step-3 AFD"] > t["Step-3 D"])})
     return pd.DataFrame(rows)
+
+
+def claim_inputs(sweep: pd.DataFrame, gpus, output_tokens, precision, modes=None) -> dict:
+    """The inputs of claims (a)-(c) from one ratio sweep (as the chapter derives them): the largest PD
+    gain over colocated among the GPU cells, the NPU set's consistency ranking of the disaggregated
+    modes, and the median within-ratio Spearman correlation of the best disaggregated speedup with the
+    attention share (first GPU)."""
+    from . import verdicts as VD
+
+    modes = list(modes or VD.DISAGG_MODES)
+    gs = sweep[sweep["hardware"].isin(gpus)]
+    pdg = gs[(gs["mode"] == "PD") & np.isfinite(gs["speedup"])]
+    pd_gain = float(pdg["speedup"].max() - 1) if len(pdg) else float("nan")
+    ns = sweep[sweep["hardware"] == NPU_SET]
+    ranking = VD.rank_modes(VD.consistency(ns, modes)) if len(ns) else []
+    g0 = sweep[sweep["hardware"] == gpus[0]]
+    bd = VD.best_disagg(g0, ["model", "ratio"]).reset_index()
+    bd["attention_share"] = [attention_share(m, max(1.0, round(r * output_tokens)), output_tokens, gpus[0],
+                                             precision) for m, r in zip(bd["model"], bd["ratio"])]
+    return {"pd_gain": pd_gain, "ranking": ranking, "rho_sweep": float(VD.within_ratio_rho(bd).median())}
 
 
 def gain_cells(eff_calibrated: Efficiency | None = None, *, megascale_device="A800-SXM4-80GB",
