@@ -121,3 +121,23 @@ def test_production_cell_returns_the_best_configuration_meeting_the_slo():
     assert np.isnan(none["tokens_per_s_per_device"])
     with pytest.raises(S.SearchError):
         P.decode_throughput("Qwen3-30B-A3B", "H100-SXM5-80GB", "PD")
+
+
+def test_production_sensitivity_rows_move_the_right_way():
+    """The sensitivity of the StepFun cells: its first row is the cell as modelled; removing the
+    overlap choice, slower links and a hotter expert device never raise a throughput; a larger
+    memory reserve never raises one either."""
+    from analysis.disagg import production as P
+    from analysis.disagg import study
+
+    t = study.production_sensitivity("H800-SXM5-80GB", 64).set_index("change")
+    base = t.loc["as modelled"]
+    assert base["DeepSeek-V3 D"] == pytest.approx(
+        P.decode_throughput("DeepSeek-V3", "H800-SXM5-80GB", "D", budget=64)["tokens_per_s_per_device"])
+    cols = ["Step-3 AFD", "DeepSeek-V3 D", "Step-3 D"]
+    for worse in ["no two-micro-batch overlap", "links at 50% of peak", "MoE load imbalance 1.5",
+                  "memory reserve 30%", "all-to-all over the NICs only"]:
+        assert (t.loc[worse, cols] <= base[cols] * (1 + 1e-12)).all(), worse
+    assert (t.loc["links at 35% of peak", cols] <= t.loc["links at 50% of peak", cols] * (1 + 1e-12)).all()
+    assert (t.loc["memory reserve 50%", cols] <= t.loc["memory reserve 30%", cols] * (1 + 1e-12)).all()
+    assert t["AFD above D"].dtype == bool

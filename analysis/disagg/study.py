@@ -314,15 +314,17 @@ EP_SENSITIVITY = (
     ("memory reserve 30%", {"mem_reserve": 0.3}, None),
     ("memory reserve 50%", {"mem_reserve": 0.5}, None),
     ("no two-micro-batch overlap", {}, (1,)),
+    # DeepEP's low-latency kernels (DeepSeek's decode) send every token over RDMA, none over NVLink
+    ("all-to-all over the NICs only", {}, "no-domain"),
 )
 
 
 def production_sensitivity(device="H800-SXM5-80GB", budget=256,
                            eff: Efficiency | None = None) -> pd.DataFrame:
     """The StepFun cells (Step-3 AFD, DeepSeek-V3 EP decode, Step-3 EP decode; tokens/s per GPU) under
-    each single change of :data:`EP_SENSITIVITY` to ``eff`` (default: the stated efficiencies) or the
-    overlap choices, with DeepSeek-V3's error against its published figure and whether AFD beats
-    plain decode for Step-3."""
+    each single change of :data:`EP_SENSITIVITY` to ``eff`` (default: the stated efficiencies), the
+    overlap choices or the scale-up domain (FP8 device numbers, as the cells run), with DeepSeek-V3's
+    error against its published figure and whether AFD beats plain decode for Step-3."""
     from dataclasses import replace
 
     from .. import data
@@ -334,9 +336,12 @@ def production_sensitivity(device="H800-SXM5-80GB", budget=256,
     for name, kw, overlaps in EP_SENSITIVITY:
         e = base.replace(**kw)
         g = P.validation_grid(budget)
-        if overlaps:
+        dev = device
+        if overlaps == "no-domain":  # a scale-up domain of one device: all traffic over the NICs
+            dev = {**devices.device(device, "fp8"), "domain": 1.0}
+        elif overlaps:
             g = replace(g, overlaps=overlaps)
-        t = {f"{m} {md}": P.decode_throughput(m, device, md, budget=budget, eff=e,
+        t = {f"{m} {md}": P.decode_throughput(m, dev, md, budget=budget, eff=e,
                                                grid=g)["tokens_per_s_per_device"]
              for m, md in (("Step-3", "AFD"), ("DeepSeek-V3", "D"), ("Step-3", "D"))}
         rows.append({"change": name, **t, "DeepSeek-V3 error": t["DeepSeek-V3 D"] / pub - 1,
