@@ -119,3 +119,21 @@ def test_colocated_without_chunked_prefill_stalls_decoding():
     t = float(F.colocated_pass_time(s, Precision(), Efficiency(), dev, tp=1.0, dp=1.0, pre_seqs=1.0,
                                     pre_len=6000.0))
     assert lone.ttft == pytest.approx(np.full(3, t), rel=1e-9)
+
+
+def test_goodput_is_the_highest_rate_meeting_the_attainment_target():
+    """DistServe's goodput (bisection over the rate): the target holds at the returned rate and fails
+    a little above it; per device divides by the whole instances' devices."""
+    from analysis.disagg import production as P
+
+    wl = S.Workload(512, 64)
+    p, g = _pd_plan(wl)
+    slo = S.SLO(ttft_s=0.05, tpot_s=0.02)
+    r = P.goodput(p, MODEL, wl, slo, budget=8, n_requests=200, grid=g, iters=8)
+    assert r["rate"] > 0 and r["attainment"] >= P.ATTAINMENT
+    counts = r["instances"]
+    above = des.simulate(p, MODEL, wl, budget=8, rate=r["rate"] * 1.15, n_requests=200, slo=slo, grid=g,
+                         instances=counts)
+    assert above.attainment < P.ATTAINMENT
+    assert r["rate_per_device"] == pytest.approx(r["rate"] / r["devices"])
+    assert r["devices"] == sum(counts[u["unit"]] * u["devices"] for u in p.units)

@@ -34,6 +34,13 @@ def test_validation_and_ordering():
     assert V.verdict_ordering(2.0, 1.0) == VERDICTS[0] and V.verdict_ordering(1.0, 2.0) == VERDICTS[2]
 
 
+def test_range_verdict_widens_the_published_range_by_the_tolerance():
+    assert V.verdict_range(3.0, 2.0, 4.6) == VERDICTS[0]
+    assert V.verdict_range(1.51, 2.0, 4.6) == VERDICTS[0] and V.verdict_range(1.49, 2.0, 4.6) == VERDICTS[2]
+    assert V.verdict_range(5.74, 2.0, 4.6) == VERDICTS[0] and V.verdict_range(5.76, 2.0, 4.6) == VERDICTS[2]
+    assert V.verdict_range(float("nan"), 2.0, 4.6) == VERDICTS[3]
+
+
 def test_verdicts_gathers_all_three():
     v = V.verdicts(pd_gain=0.5, published_pd_gain=0.75, ranking=["PD", "PDAF"], rho_sweep=0.75, rho_abl=-0.2)
     assert v == {"a": VERDICTS[2], "b": VERDICTS[1], "c": VERDICTS[1]}
@@ -114,3 +121,23 @@ def test_production_cell_returns_the_best_configuration_meeting_the_slo():
     assert np.isnan(none["tokens_per_s_per_device"])
     with pytest.raises(S.SearchError):
         P.decode_throughput("Qwen3-30B-A3B", "H100-SXM5-80GB", "PD")
+
+
+def test_production_sensitivity_rows_move_the_right_way():
+    """The sensitivity of the StepFun cells: its first row is the cell as modelled; removing the
+    overlap choice, slower links and a hotter expert device never raise a throughput; a larger
+    memory reserve never raises one either."""
+    from analysis.disagg import production as P
+    from analysis.disagg import study
+
+    t = study.production_sensitivity("H800-SXM5-80GB", 64).set_index("change")
+    base = t.loc["as modelled"]
+    assert base["DeepSeek-V3 D"] == pytest.approx(
+        P.decode_throughput("DeepSeek-V3", "H800-SXM5-80GB", "D", budget=64)["tokens_per_s_per_device"])
+    cols = ["Step-3 AFD", "DeepSeek-V3 D", "Step-3 D"]
+    for worse in ["no two-micro-batch overlap", "links at 50% of peak", "MoE load imbalance 1.5",
+                  "memory reserve 30%", "all-to-all over the NICs only"]:
+        assert (t.loc[worse, cols] <= base[cols] * (1 + 1e-12)).all(), worse
+    assert (t.loc["links at 35% of peak", cols] <= t.loc["links at 50% of peak", cols] * (1 + 1e-12)).all()
+    assert (t.loc["memory reserve 50%", cols] <= t.loc["memory reserve 30%", cols] * (1 + 1e-12)).all()
+    assert t["AFD above D"].dtype == bool

@@ -54,3 +54,63 @@ def decode_throughput(model, device: str, mode: str, *, context: float = 4096.0,
     at_edge = bool(c["devices"][i] >= max(g.sizes) or c["batch"][i] >= max(g.batches))
     return {"tokens_per_s_per_device": float(tps[i]), "tpot_s": float(c["tpot"][i]),
             "config": {k: float(c[k][i]) for k in keys}, "grid_edge": at_edge, "candidates": int(len(tps))}
+
+
+# --- DistServe (OSDI'24, arXiv 2401.09670): chatbot, OPT-13B, A100-SXM4-80GB, FP16, Poisson arrivals ---
+DISTSERVE_SLO = S.SLO(ttft_s=0.25, tpot_s=0.1)  # Table 1 / section 6.1, chatbot OPT-13B
+ATTAINMENT = 0.90                               # goodput: the highest rate meeting both SLOs for 90%
+# ShareGPT mean lengths as the vLLM paper (SOSP'23, Figure 11) prints them: DistServe samples ShareGPT
+# too but prints only the distribution (its Figure 7), so these means are an estimate of its sample.
+SHAREGPT_MEAN_LENGTHS = (161.31, 337.99)
+
+
+def goodput(plan, model, wl, slo, *, budget: int, chunked: bool = True, n_requests: int = 600, seed: int = 0,
+            prec: Precision = Precision(), eff: Efficiency = Efficiency(), grid: S.Grid | None = None,
+            target: float = ATTAINMENT, iters: int = 10) -> dict:
+    """DistServe's goodput of ``plan``: the highest Poisson arrival rate (requests/s) at which at least
+    ``target`` of the requests meet both SLOs in the event simulation (:func:`.des.simulate`, seeded),
+    found by bisection over the rate (attainment falls with the rate); per device of the plan's whole
+    instances. Returns the rate, the rate per device, the devices and the attainment at that rate."""
+    from . import des
+
+    g = grid or S.Grid()
+    counts = des.instance_counts(plan, budget)
+    used = sum(counts[u["unit"]] * u["devices"] for u in plan.units)
+
+    def att(rate):
+        return des.simulate(plan, model, wl, budget=budget, rate=rate, n_requests=n_requests, seed=seed,
+                            slo=slo, prec=prec, eff=eff, grid=g, instances=counts, chunked=chunked).attainment
+
+    lo, hi = 0.0, 1.0
+    while att(hi) >= target and hi < 1e4:  # bracket: double until the target fails
+        lo, hi = hi, hi * 2
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if att(mid) >= target else (lo, mid)
+    return {"rate": lo, "rate_per_device": lo / used, "devices": used, "instances": counts,
+            "attainment": att(lo) if lo > 0 else float("nan")}
+
+
+def distserve_gain(model="OPT-13B", device="A100-SXM4-80GB", *, budget: int = 8, precision: str = "bf16",
+                   eff: Efficiency = Efficiency(), n_requests: int = 600, seed: int = 0) -> dict:
+    """DistServe's chatbot cell: goodput per GPU of the best PD plan (the analytic screen's best within
+    ``budget`` GPUs, replayed with whole instances) over vLLM's colocated serving as DistServe ran it
+    (one GPU, tensor parallel 1, no chunked prefill: whole prompts pause decoding), both at
+    :data:`DISTSERVE_SLO` and the ShareGPT mean lengths, Poisson arrivals. FP16 as DistServe ran it is
+    priced as ``bf16`` (the same bytes and tensor-core rate on Ampere)."""
+    wl = S.Workload(*SHAREGPT_MEAN_LENGTHS)
+    prec = Precision.named(precision)
+    hw = S.default_hardware(device)
+    g = S.Grid(tps=(1, 2, 4, 8), sizes=S._p2(1, budget))
+    pd_plan = S.best_plan("PD", model, wl, DISTSERVE_SLO, hw, budget=budget, prec=prec, eff=eff, grid=g)
+    g1 = S.Grid(tps=(1,), sizes=(1,))
+    c_plan = S.best_plan("C", model, wl, DISTSERVE_SLO, hw, budget=1, prec=prec, eff=eff, grid=g1)
+    out = {}
+    for name, plan, gg, b, chunked in [("PD", pd_plan, g, budget, True), ("vLLM", c_plan, g1, 1, False)]:
+        if not plan.feasible:
+            out[name] = {"rate_per_device": float("nan"), "reason": plan.reason}
+            continue
+        out[name] = goodput(plan, model, wl, DISTSERVE_SLO, budget=b, chunked=chunked, n_requests=n_requests,
+                            seed=seed, prec=prec, eff=eff, grid=gg)
+    out["gain"] = out["PD"]["rate_per_device"] / out["vLLM"]["rate_per_device"]
+    return out

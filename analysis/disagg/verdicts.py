@@ -85,6 +85,16 @@ def verdict_validation(simulated: float, published: float) -> str:
     return VERDICTS[0] if abs(simulated / published - 1) <= VALIDATION_TOL else VERDICTS[2]
 
 
+def verdict_range(simulated: float, low: float, high: float) -> str:
+    """A published figure known only as a range (e.g. DistServe's 2.0-4.6x over three models):
+    'reproduced' when ``simulated`` lies within the range widened by :data:`VALIDATION_TOL` on each side
+    (``low * (1 - tol)`` to ``high * (1 + tol)``), else 'not reproduced' (NaN: not testable)."""
+    if not np.isfinite(simulated):
+        return VERDICTS[3]
+    inside = low * (1 - VALIDATION_TOL) <= simulated <= high * (1 + VALIDATION_TOL)
+    return VERDICTS[0] if inside else VERDICTS[2]
+
+
 def verdict_ordering(higher: float, lower: float) -> str:
     """An ordering claim ('``higher`` beats ``lower``')."""
     if not (np.isfinite(higher) and np.isfinite(lower)):
