@@ -19,7 +19,8 @@ token) / (layers x KV heads)`` bytes each (a few KiB to tens of KiB). A decoding
   decode batch of ``B`` per step, so the tier absorbs ``w = B x cold bytes / O`` per step; by
   chapter 2's mixed-load rule (``r / R + k w / W <= 1``) they take ``k w / W`` of drive time from
   the reads every step (``W``: the tier's write bandwidth, ``k``: its read slowdown per written
-  byte). That time is added to the step (not overlapped: conservative);
+  byte). The writes are asynchronous (buffered) but the drive must keep up, so a step lasts at least
+  the drive's busy time: the added time is ``max(stall, layers x r + k w / W - step)``;
 * **wear**: ``write_usd = bytes x tier.usd_per_byte_written`` (price / rated bytes written x write
   amplification). The pipeline charges it by chapter 2's replacement rule: a drive is paid by
   amortisation or by wear, whichever is larger (``energy + max(capex, wear)``).
@@ -109,7 +110,10 @@ class RandomReadRecall:
         L = _model(model).n_layers
         r = self.layer_read_s(tier, float(bytes_per_step) / L, self.unit_bytes(tier, model))
         stall = r + (L - 1) * max(r - step_s / L, 0.0) if self.prefetch else L * r
-        return stall + self.write_s(tier, float(write_bytes_per_step))
+        # the writes are asynchronous, but the drive must keep up: a step lasts at least the drive's
+        # busy time (all reads + the writes' share)
+        busy = L * r + self.write_s(tier, float(write_bytes_per_step))
+        return max(stall, busy - step_s)
 
     def write_usd(self, tier, bytes_written: float) -> float:
         return float(bytes_written) * tier.usd_per_byte_written if self.charge_writes else 0.0
