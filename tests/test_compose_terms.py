@@ -112,7 +112,7 @@ class _FlatRecall:
     def __init__(self, s, usd):
         self.s, self.usd = s, usd
 
-    def recall_s(self, tier, bytes_per_step):
+    def recall_s(self, tier, bytes_per_step, **context):
         return self.s
 
     def write_usd(self, tier, bytes_written):
@@ -126,7 +126,17 @@ def test_recall_model_hook_prices_recalls_and_writes():
     r = pipeline.evaluate(s.replace(recall_model=_FlatRecall(0.002, 1e-4)), REUSE)
     assert r.recall_s_per_step == 0.002
     assert r.tpot_s == pytest.approx(ud["tpot"] + 0.002, rel=1e-12)
-    assert r.cold_write_usd_per_mtok == pytest.approx(1e-4 * 1e6 / (16384 + 1000), rel=1e-12)
+    # written once, charged by chapter 2's replacement rule: wear above the copies' share of the capex
+    I, O = 16384.0, 1000.0
+    cold = tiers.build_tiers("dram", _dep(s, int(ud["size"])))[-1]
+    stored = cold.bytes_per_token / kv.kv_bytes_per_token_all_layers(s.model, "bf16")
+    cold_bytes = QEVICT.cold_ratio * kv.kv_bytes(s.model, I + O / 2, 1, "bf16") * stored
+    capex = cold.capex_usd_per_s / (cold.capacity_tokens * cold.bytes_per_token) * cold_bytes * O * r.tpot_s
+    assert 0 < capex < 1e-4
+    assert r.cold_write_usd_per_mtok == pytest.approx((1e-4 - capex) * 1e6 / (I + O), rel=1e-12)
+    # wear below the amortisation is already paid by it
+    r_small = pipeline.evaluate(s.replace(recall_model=_FlatRecall(0.002, 0.5 * capex)), REUSE)
+    assert r_small.cold_write_usd_per_mtok == 0.0
     assert r.usd_per_mtok == pytest.approx(r.gpu_usd_per_mtok + r.tier_usd_per_mtok + r.cold_usd_per_mtok
                                            + r.cold_write_usd_per_mtok, rel=1e-13)
     # the default is the sequential-bandwidth model, exactly

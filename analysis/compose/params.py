@@ -64,6 +64,19 @@ PARAMS = {
     "interactive_ssd_price_factors": Param([0.25, 0.5, 1.0, 2.0, 4.0], "list[float]",
                                            "SSD prices of the interactive map (multipliers; [] for none)",
                                            min=0.0, max=100.0),
+    "recall_pricing": Param("chapter 2", "str",
+                            "recall and cold-copy writes: chapter 2's small random reads (IOPS, latency), "
+                            "mixed-load writes and wear, or the sequential bandwidth with free writes",
+                            choices=["chapter 2", "sequential"]),
+    "recall_prefetch": Param(True, "bool", "recall one layer ahead (overlapped with the previous layer)"),
+    "recall_unit_tokens": Param(32, "int", "tokens of one recalled unit (one layer, one KV head)", min=1,
+                                max=1 << 20),
+    "routing_policy": Param("kv_aware", "str",
+                            "routing of the prefill instances (chapter 2's cluster) that sets the hit rate; "
+                            "'ideal': one shared stack", choices=["ideal", "random", "round_robin",
+                                                                  "prefix_affinity", "kv_aware"]),
+    "routing_instances": Param(0, "int", "prefill instances of the routed cluster (0: the number chapter 2's "
+                               "replay keeps busy on the trace)", min=0, max=4096),
     "ttft_slo_s": Param(10.0, "float", "TTFT SLO (s)", min=0.001),
     "tpot_slo_s": Param(0.1, "float", "TPOT SLO (s)", min=0.0001),
     "budget_devices": Param(64, "int", "largest deployment searched (devices)", min=1, max=4096),
@@ -100,6 +113,19 @@ def tier_deployment():
     return tparams.deployment({k: p.default for k, p in tparams.PARAMS.items()})
 
 
+def recall_model(p: dict):
+    """The recall pricing of the parameters (``recall_pricing``, ``recall_prefetch``,
+    ``recall_unit_tokens``)."""
+    from .pipeline import SequentialRecall
+    from .pricing import RandomReadRecall
+
+    if p.get("recall_pricing", "chapter 2") == "sequential":
+        return SequentialRecall()
+    return RandomReadRecall.from_deployment(tier_deployment(),
+                                            unit_tokens=int(p.get("recall_unit_tokens", 32)),
+                                            prefetch=bool(p.get("recall_prefetch", True)))
+
+
 def base_scenario(p: dict):
     """The chapter's base :class:`~analysis.compose.pipeline.Scenario` from its validated parameters."""
     from .pipeline import Scenario
@@ -107,7 +133,18 @@ def base_scenario(p: dict):
     return Scenario(model=p["model"], gpu=p["gpu"], input_tokens=p["ref_context"],
                     output_tokens=p["output_tokens"], hit_rate=p["ref_hit_rate"], ttft_slo_s=p["ttft_slo_s"],
                     tpot_slo_s=p["tpot_slo_s"], budget_devices=p["budget_devices"], tiers=tier_deployment(),
-                    gpu_cost_basis=p["gpu_cost_basis"])
+                    gpu_cost_basis=p["gpu_cost_basis"], recall_model=recall_model(p))
+
+
+def reuse(p: dict):
+    """The reuse curve of the parameters: chapter 2's routing-dependent hit rate of ``trace`` under
+    ``routing_policy`` at ``routing_instances`` (0: the replay's busy instances), or the ideal single
+    stack (``routing_policy = 'ideal'``)."""
+    from .pricing import routed_reuse
+
+    n = int(p.get("routing_instances", 0))
+    return routed_reuse(p["trace"], n or None, p.get("routing_policy", "kv_aware"), model=p["model"],
+                        gpu=p["gpu"])
 
 
 def kv_policies(p: dict, verbose: bool = False, source: str | None = None):

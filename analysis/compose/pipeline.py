@@ -25,10 +25,15 @@ For a :class:`Scenario` (SI units):
    of a re-optimised plan).
 3. **KV policy** (chapter 4): exact copies of quantized windows (QEvict with recall) live in the
    slowest tier of the layout, paid per byte-second for the decode time; recalls add
-   ``recall_model.recall_s(tier, batch x recall bytes)`` to every decode step (not overlapped) and
-   the copies cost ``recall_model.write_usd(tier, bytes)`` once per request to write. The default
-   :class:`SequentialRecall` is chapter 2's sequential-bandwidth model (``bytes / tier bandwidth``)
-   with no write charge.
+   ``recall_model.recall_s(tier, batch x recall bytes, model=, step_s=, write_bytes_per_step=)`` to
+   every decode step (``step_s``: the step before recalls; ``write_bytes_per_step``: the cold copies
+   of the ``batch / O`` sequences that join per step in steady state) and the copies are written once
+   per request, ``recall_model.write_usd(tier, bytes)``, charged by chapter 2's replacement rule
+   (a drive is paid by amortisation or wear, whichever is larger: only the wear above the copies'
+   share of the tier's capex is added). The default :class:`SequentialRecall` is chapter 2's
+   sequential-bandwidth model (``bytes / tier bandwidth``) with no write charge;
+   :class:`analysis.compose.pricing.RandomReadRecall` is its IOPS/latency, prefetch, mixed-load and
+   endurance model.
 4. **Cost**: device-seconds per request x GPU cost per second (``tiering.tiers.gpu_usd_per_s``) +
    the layout's tiers for the prefill instance-seconds + the cold copies; divided by the request's
    ``I + O`` tokens. SLOs are re-checked after the adjustments.
@@ -38,11 +43,12 @@ which step 2 needs.
 
 **Extension points** (for the write path, the routing and the deployment modes still to come):
 
-* ``Scenario.recall_model``: anything with ``recall_s(tier, bytes_per_step) -> s`` and
+* ``Scenario.recall_model``: anything with ``recall_s(tier, bytes_per_step, **context) -> s`` and
   ``write_usd(tier, bytes) -> USD`` (e.g. chapter 2's IOPS/latency and endurance model); the
   default reproduces the sequential-bandwidth pricing exactly.
 * ``reuse``: anything with ``at(capacity_tokens, input_tokens) -> fraction of the reusable tokens``
-  (a routing-dependent hit curve instead of the ideal single-cache one).
+  (:class:`analysis.compose.pricing.RoutedReuse`: chapter 2's routing-dependent hit curve instead
+  of the ideal single-cache one).
 * :func:`prefill_decode_units`: where a plan is split into the unit that runs the prefill and the
   one that decodes; a mode enters the composition once its plan exposes both.
 """
@@ -138,7 +144,7 @@ class SequentialRecall:
 
     name: str = "sequential bandwidth"
 
-    def recall_s(self, tier, bytes_per_step: float) -> float:
+    def recall_s(self, tier, bytes_per_step: float, **context) -> float:
         return float(bytes_per_step) / tier.bandwidth
 
     def write_usd(self, tier, bytes_written: float) -> float:
@@ -361,16 +367,22 @@ def evaluate(s: Scenario, reuse: ReuseCurve | None = None) -> Result:
         # bytes on the tier / bf16 bytes
         stored = cold.bytes_per_token / kv.kv_bytes_per_token_all_layers(s.model, "bf16")
         B = ud["batch"]
-        recall_s = s.recall_model.recall_s(cold, B * pol.recall_ratio_per_step * kv_seq * stored)
+        cold_bytes_seq = pol.cold_ratio * kv_seq * stored
+        # steady state: B / O sequences join the batch per step, each writing its cold copies once
+        recall_s = s.recall_model.recall_s(cold, B * pol.recall_ratio_per_step * kv_seq * stored,
+                                           model=s.model, step_s=ud["tpot"],
+                                           write_bytes_per_step=B * cold_bytes_seq / O)
         tpot_new = ud["tpot"] + recall_s
         ud["dev_per_rate"] *= tpot_new / ud["tpot"]
-        cold_bytes_seq = pol.cold_ratio * kv_seq * stored
         cap_bytes = cold.capacity_tokens * cold.bytes_per_token
         if B * cold_bytes_seq > cap_bytes:
             return Result(False, f"cold copies of {B:.0f} sequences ({B * cold_bytes_seq / 1e9:.0f} GB) "
                                  f"exceed the {cold.name} tier ({cap_bytes / 1e9:.0f} GB)")
         cold_usd_per_req = cold.usd_per_s / cap_bytes * cold_bytes_seq * O * tpot_new
-        write_usd_per_req = s.recall_model.write_usd(cold, cold_bytes_seq)
+        # chapter 2's replacement rule: a drive is paid by amortisation or by wear, whichever is larger
+        # (energy + max(capex, wear)); the storage share above already pays the capex part
+        capex_usd_per_req = cold.capex_usd_per_s / cap_bytes * cold_bytes_seq * O * tpot_new
+        write_usd_per_req = max(0.0, s.recall_model.write_usd(cold, cold_bytes_seq) - capex_usd_per_req)
         ud["tpot"] = tpot_new
     tpot = max(u["tpot"] for u in units.values() if "tpot" in u)
     # 4. cost
