@@ -361,6 +361,14 @@ def test_mode_shares_and_the_cells_a_new_mode_changes():
     assert sh["AF"] == pytest.approx((ok["mode"] == "AF").mean())
     # dropping a mode changes exactly the cells it won; keeping every mode changes none
     assert decide.cells_changed(cells, every, ["C", "AF"]) == 0.0
-    assert decide.cells_changed(cells, every, ["C"]) == pytest.approx((ok["mode"] == "AF").mean())
+    for drop, keep in (("AF", ["C"]), ("C", ["AF"])):
+        assert decide.cells_changed(cells, every, keep) == pytest.approx((ok["mode"] == drop).mean())
+    assert decide.cells_changed(cells, every, ["AF"]) > 0  # colocated serving wins cells here
+    # AF's premium: its cheapest option over the cell's cheapest, median over the cells
+    ratios = []
+    for _, g in every[every["admissible"]].groupby(["context", "hit_rate"]):
+        ratios.append(g.loc[g["mode"] == "AF", "usd_per_mtok"].min() / g["usd_per_mtok"].min() - 1)
+    assert decide.mode_premium(every, "AF") == pytest.approx(float(np.median(ratios)), rel=1e-12)
+    assert decide.mode_premium(every, "C") == 0.0 and math.isnan(decide.mode_premium(every, "PD"))
     with pytest.raises(pipeline.ComposeError, match="not priced"):
         decide.cells_changed(cells, every, ["PD"])

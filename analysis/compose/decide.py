@@ -220,6 +220,21 @@ def cells_changed(cells: pd.DataFrame, every: pd.DataFrame, modes) -> float:
     return float((cells["option"].to_numpy()[ok] != sub["option"].to_numpy()[ok]).mean())
 
 
+def mode_premium(every: pd.DataFrame, mode: str) -> float:
+    """Median over the cells of (the cheapest admissible option of ``mode`` / the cell's cheapest
+    admissible option) - 1: how much dearer the mode's best is than the cell's answer (0 where it wins;
+    NaN when no cell admits the mode)."""
+    if every.empty:
+        return math.nan
+    ok = every[every["admissible"]]
+    key = ["context", "hit_rate", "ssd_price_factor"]
+    best = ok.groupby(key)["usd_per_mtok"].min()
+    mine = ok[ok["mode"] == mode].groupby(key)["usd_per_mtok"].min()
+    if mine.empty:
+        return math.nan
+    return float((mine / best.reindex(mine.index) - 1).median())
+
+
 def sweep(base: Scenario, values, make, opts, reuse, floor, *, by: str = "layout") -> pd.DataFrame:
     """For each ``v`` of ``values``: the cheapest admissible option of ``make(base, v)`` overall
     (``group = 'best'``) and per value of ``by`` (layout, mode or policy)."""
