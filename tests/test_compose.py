@@ -24,7 +24,7 @@ def _direct(mode, I, O, slo=(10.0, 0.1), gpu="H100-SXM5-80GB", model="Llama-3.1-
     return O / p.tokens_per_s_per_device * g / (I + O) * 1e6
 
 
-@pytest.mark.parametrize("mode", ["C", "PD", "3-way", "PDAF"])
+@pytest.mark.parametrize("mode", ["C", "PD", "AF", "3-way", "PDAF"])
 @pytest.mark.parametrize("I", [4096, 32768])
 def test_everything_off_equals_the_other_chapters(mode, I):
     r = pipeline.evaluate(BASE.replace(input_tokens=I, mode=mode, layout="hbm", hit_rate=0.0), REUSE)
@@ -146,7 +146,7 @@ def test_kimi_linear_decodes_faster_than_its_all_mla_variant():
 @pytest.mark.parametrize("change, match", [
     (dict(layout="floppy"), "layout must be one of"),
     (dict(layout="pool"), "layout must be one of"),
-    (dict(mode="AF"), "AF has no separable prefill"),
+    (dict(mode="4-way"), "mode must be one of C, PD, AF, 3-way, PDAF"),
     (dict(hit_rate=1.5), "hit_rate must be in"),
     (dict(transfer_overhead=0.5), "transfer_overhead must be >= 1"),
     (dict(input_tokens=0), "input_tokens must be"),
@@ -221,7 +221,7 @@ def test_chapter_schema_rejects_bad_parameters():
     with pytest.raises(params.ParameterError, match="hit_rates"):
         params.validate(sch, {"hit_rates": [0.2, 1.2]}, partial=True)
     with pytest.raises(params.ParameterError, match="modes"):
-        params.validate(sch, {"modes": ["AF"]}, partial=True)
+        params.validate(sch, {"modes": ["4-way"]}, partial=True)
     with pytest.raises(params.ParameterError, match="kv_policies"):
         params.validate(sch, {"kv_policies": ["lru"]}, partial=True)
 

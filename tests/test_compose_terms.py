@@ -1,6 +1,7 @@
 """Chapter 5: every term of TTFT, TPOT and cost per token pinned by a closed form on small cases (deleting
 or altering any term of :func:`analysis.compose.pipeline.evaluate` fails one of these), and the two
 fidelity sources (published long-context results, chapter 4) with the AI SSD's in-drive quantization."""
+import dataclasses
 import math
 
 import numpy as np
@@ -149,8 +150,50 @@ def test_plan_split_names_the_modes():
     p = _plan(BASE.replace(mode="PD"))
     units, up, ud = pipeline.prefill_decode_units("PD", p)
     assert up["unit"] == "P" and ud["unit"] == "D" and up is units["P"]
+    units, up, ud = pipeline.prefill_decode_units("AF", _plan(BASE.replace(mode="AF")))
+    assert up is ud and up["unit"] == "AF" and 0 < up["prefill_share"] < 1  # one unit runs both phases
     with pytest.raises(pipeline.ComposeError, match="does not separate"):
-        pipeline.prefill_decode_units("AF", p)
+        pipeline.prefill_decode_units("4-way", p)
+    old = dataclasses.replace(p, units=[{k: v for k, v in u.items() if k != "prefill_share"}
+                                        for u in p.units])
+    with pytest.raises(pipeline.ComposeError, match="do not separate prefill"):
+        pipeline.prefill_decode_units("PD", old)
+
+
+@pytest.mark.parametrize("mode", ["AF", "PDAF"])
+def test_split_units_prefill_share_and_tiers_per_instance_second(mode):
+    """AF: only the unit's prefill share of its time shrinks with the reuse ratio (as colocated serving);
+    PDAF: the prefill unit's time does. The prefix tiers sit on the attention devices of the prefill unit
+    and are paid per instance-second (device-seconds over the unit's attention + FFN devices)."""
+    s = BASE.replace(mode=mode, layout="dram", hit_rate=0.6)
+    r = pipeline.evaluate(s, REUSE)
+    p = _plan(s)
+    u = p.units[0]
+    I, O = float(s.input_tokens), float(s.output_tokens)
+    tp = int(u["n_a"])
+    tl = tiers.build_tiers("dram", _dep(s, tp, hbm_cache=(mode != "AF")))
+    ratio, _ = _ratio(s, tl, tp)
+    share = u["prefill_share"]
+    factor = 1 - share + share * ratio
+    assert (0 < share < 1) if mode == "AF" else share == 1.0
+    assert r.ttft_s == pytest.approx(p.ttft_s * ratio, rel=1e-12)
+    per_m = 1e6 / (I + O)
+    dev = u["dev_per_rate"] * factor
+    other = sum(v["dev_per_rate"] for v in p.units[1:])
+    assert r.gpu_usd_per_mtok == pytest.approx((dev + other) * tiers.gpu_usd_per_s(_dep(s, tp)) * per_m,
+                                               rel=1e-12)
+    assert r.tier_usd_per_mtok == pytest.approx(dev / u["devices"] * sum(t.usd_per_s for t in tl) * per_m,
+                                                rel=1e-12)
+    if mode == "AF":
+        assert r.tpot_s == pytest.approx(u["tpot"] * factor, rel=1e-12)
+
+
+def test_transfer_overhead_divides_the_gpus_own_nic():
+    from analysis.disagg import devices
+    for gpu in ("A800-SXM4-80GB", "B300-SXM-288GB"):  # 100 and 800 Gbit/s NICs per GPU (not the default)
+        nic = devices.device(gpu)["net"]
+        assert nic != devices.DEFAULT_NET_BW
+        assert all(h["net"] == nic / 2.0 for h in pipeline.hardware(gpu, 2.0)["P"])
 
 
 # ------------------------------------------------------------------------------ fidelity sources
@@ -316,3 +359,26 @@ def test_chapter_parameters_declare_the_floor_and_the_sources():
         params.validate(sch, {"fidelity_source": "rumour"}, partial=True)
     with pytest.raises(params.ParameterError, match="gpu_rent_range"):
         params.validate(sch, {"gpu_rent_range": [0.0, 2.0]}, partial=True)
+
+
+def test_mode_shares_and_the_cells_a_new_mode_changes():
+    opts = decide.options(["hbm", "dram"], [KVPolicy.full()], ["C", "AF"])
+    cells, every = decide.decision_map(BASE, [4096, 16384], [0.0, 0.6], [1.0], opts, REUSE,
+                                       decide.FidelityFloor())
+    sh = decide.mode_shares(cells, ["C", "AF"])
+    assert list(sh.index) == ["C", "AF"] and sh.sum() == pytest.approx(1.0)
+    ok = cells.dropna(subset=["usd_per_mtok"])
+    assert sh["AF"] == pytest.approx((ok["mode"] == "AF").mean())
+    # dropping a mode changes exactly the cells it won; keeping every mode changes none
+    assert decide.cells_changed(cells, every, ["C", "AF"]) == 0.0
+    for drop, keep in (("AF", ["C"]), ("C", ["AF"])):
+        assert decide.cells_changed(cells, every, keep) == pytest.approx((ok["mode"] == drop).mean())
+    assert decide.cells_changed(cells, every, ["AF"]) > 0  # colocated serving wins cells here
+    # AF's premium: its cheapest option over the cell's cheapest, median over the cells
+    ratios = []
+    for _, g in every[every["admissible"]].groupby(["context", "hit_rate"]):
+        ratios.append(g.loc[g["mode"] == "AF", "usd_per_mtok"].min() / g["usd_per_mtok"].min() - 1)
+    assert decide.mode_premium(every, "AF") == pytest.approx(float(np.median(ratios)), rel=1e-12)
+    assert decide.mode_premium(every, "C") == 0.0 and math.isnan(decide.mode_premium(every, "PD"))
+    with pytest.raises(pipeline.ComposeError, match="not priced"):
+        decide.cells_changed(cells, every, ["PD"])

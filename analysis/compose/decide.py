@@ -19,6 +19,9 @@ from .fidelity import KVPolicy
 from .pipeline import LAYOUTS, MODES, ComposeError, ReuseCurve, Scenario, evaluate
 
 LAYOUT_LABELS = {k: CONFIGS[k][0] for k in LAYOUTS}
+# modes that entered the composition once chapter 3's plan records split prefill from decode work
+# (issue 16, part 4): the attention/FFN pair that runs both phases
+NEW_MODES = ("AF",)
 
 
 @dataclass(frozen=True)
@@ -194,6 +197,42 @@ def cells_from_every(cells: pd.DataFrame, every: pd.DataFrame) -> pd.DataFrame:
     kept = cells[key + ["option", "layout", "policy", "mode", "usd_per_mtok"]]
     out = [rows.get(tuple(r[k] for k in key), r.to_dict()) for _, r in kept.iterrows()]
     return pd.DataFrame(out)
+
+
+def mode_shares(cells: pd.DataFrame, modes) -> pd.Series:
+    """Share of the map's cells with an admissible option that each mode of ``modes`` wins (0 for a
+    mode that wins none; empty when no cell has an admissible option)."""
+    ok = cells.dropna(subset=["usd_per_mtok"])
+    if ok.empty:
+        return pd.Series(dtype=float)
+    return ok["mode"].value_counts(normalize=True).reindex(list(modes), fill_value=0.0)
+
+
+def cells_changed(cells: pd.DataFrame, every: pd.DataFrame, modes) -> float:
+    """Share of the cells with an admissible option whose cheapest option differs from the map
+    restricted to ``modes`` (recomputed from ``every`` by :func:`cells_from_every`); NaN without cells."""
+    if not set(modes) <= set(every["mode"]):
+        raise ComposeError(f"cells_changed: modes {sorted(set(modes) - set(every['mode']))} were not priced")
+    sub = cells_from_every(cells, every[every["mode"].isin(list(modes))])
+    ok = cells["usd_per_mtok"].notna().to_numpy()
+    if not ok.any():
+        return math.nan
+    return float((cells["option"].to_numpy()[ok] != sub["option"].to_numpy()[ok]).mean())
+
+
+def mode_premium(every: pd.DataFrame, mode: str) -> float:
+    """Median over the cells of (the cheapest admissible option of ``mode`` / the cell's cheapest
+    admissible option) - 1: how much dearer the mode's best is than the cell's answer (0 where it wins;
+    NaN when no cell admits the mode)."""
+    if every.empty:
+        return math.nan
+    ok = every[every["admissible"]]
+    key = ["context", "hit_rate", "ssd_price_factor"]
+    best = ok.groupby(key)["usd_per_mtok"].min()
+    mine = ok[ok["mode"] == mode].groupby(key)["usd_per_mtok"].min()
+    if mine.empty:
+        return math.nan
+    return float((mine / best.reindex(mine.index) - 1).median())
 
 
 def sweep(base: Scenario, values, make, opts, reuse, floor, *, by: str = "layout") -> pd.DataFrame:

@@ -29,7 +29,7 @@ PARAMS = {
                                min=0.0, max=100.0),
     "layouts": Param(list(LAYOUTS), "list[str]", "tier layouts of the prefill instances (chapter 2)",
                      choices=list(LAYOUTS)),
-    "modes": Param(list(MODES), "list[str]", "deployment modes (chapter 3; AF has no separable prefill)",
+    "modes": Param(list(MODES), "list[str]", "deployment modes (chapter 3)",
                    choices=list(MODES)),
     "kv_policies": Param(["snapkv", "kivi4", "kivi2", "qevict_recall"], "list[str]",
                          "KV policies measured by chapter 4 (the full cache is always included)",

@@ -38,8 +38,12 @@ For a :class:`Scenario` (SI units):
    the layout's tiers for the prefill instance-seconds + the cold copies; divided by the request's
    ``I + O`` tokens. SLOs are re-checked after the adjustments.
 
-Mode ``AF`` is not offered: its plan record (chapter 3) does not separate prefill from decode work,
-which step 2 needs.
+Every mode of chapter 3 enters: C, PD, AF, 3-way and PDAF. Chapter 3's plan record exposes each unit's
+prefill and decode work (``prefill_share`` of a unit's device time; :meth:`search.Plan.pools` and
+:meth:`search.Plan.phases` per pool and phase), which step 2 needs: a unit that runs both phases (C,
+and AF's attention/FFN pair with chunked prefill in the decode batch) has only its prefill share scaled
+by the reuse ratio; a prefill unit (P, PAF) all of its time. The prefix tiers sit on the attention
+devices of a split unit (they hold the KV) and are paid per instance-second of the unit.
 
 **Extension points** (for the write path, the routing and the deployment modes still to come):
 
@@ -70,9 +74,9 @@ from ..specs import model as _model
 from ..tiering import tiers as _tiers
 from .fidelity import KVPolicy
 
-MODES = ("C", "PD", "3-way", "PDAF")
-PREFILL_UNIT = {"C": "C", "PD": "P", "3-way": "P", "PDAF": "PAF"}
-DECODE_UNIT = {"C": "C", "PD": "D", "3-way": "DAF", "PDAF": "DAF"}
+MODES = ("C", "PD", "AF", "3-way", "PDAF")
+PREFILL_UNIT = {"C": "C", "PD": "P", "AF": "AF", "3-way": "P", "PDAF": "PAF"}
+DECODE_UNIT = {"C": "C", "PD": "D", "AF": "AF", "3-way": "DAF", "PDAF": "DAF"}
 LAYOUTS = tuple(k for k in _tiers.CONFIGS if k != "pool")  # the pool is cluster-wide, not per instance
 KV_ELEMENT_BYTES = 2.0  # bf16: chapter 3's default Precision and chapter 2's default kv_dtype
 
@@ -187,8 +191,7 @@ class Scenario:
         if self.layout not in LAYOUTS:
             bad.append(f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
         if self.mode not in MODES:
-            bad.append(f"mode must be one of {', '.join(MODES)} (AF has no separable prefill), "
-                       f"got {self.mode!r}")
+            bad.append(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         for f in ("ttft_slo_s", "tpot_slo_s"):
             v = getattr(self, f)
             if not (math.isfinite(v) and v > 0):
@@ -238,11 +241,12 @@ class Result:
 # ----------------------------------------------------------------------------------- adapters
 
 def hardware(gpu: str, transfer_overhead: float = 1.0) -> dict:
-    """Chapter 3's hardware dict (every role on ``gpu``), with the scale-out bandwidth divided by
+    """Chapter 3's hardware dict (every role on ``gpu``), with the GPU's scale-out bandwidth (its NIC
+    per GPU in data/hardware.csv, chapter 3's default where the file has none) divided by
     ``transfer_overhead`` (1 returns exactly ``search.default_hardware(gpu)``)."""
     if transfer_overhead == 1.0:
         return search.default_hardware(gpu)
-    dev = _devices.device(gpu, net_bw=_devices.DEFAULT_NET_BW / float(transfer_overhead))
+    dev = _devices.device(gpu, net_bw=_devices.device(gpu)["net"] / float(transfer_overhead))
     return search.default_hardware([dev])
 
 
@@ -266,7 +270,13 @@ def plan(mode: str, model, gpu: str, input_tokens: float, output_tokens: float, 
 
 
 def _instance_gpus(unit: dict) -> int:
+    """GPUs of an instance that hold its KV (all of a single-pool unit, the attention side of a split)."""
     return int(unit["size"] if "size" in unit else unit["n_a"])
+
+
+def _instance_s(unit: dict) -> float:
+    """Instance-seconds per request of a unit (its device-seconds over its devices per instance)."""
+    return unit["dev_per_rate"] / unit["devices"]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -312,12 +322,17 @@ def _prefill_ratio(model, gpu, I, hit_rate, sig, tp, compute_eff, reuse):
 
 def prefill_decode_units(mode: str, p: search.Plan) -> tuple[dict, dict, dict]:
     """(all units by name, the unit that runs the prefill, the unit that decodes) of a chapter-3 plan,
-    copied so that the composition may adjust them. A mode whose plan does not separate the two
-    (AF today) raises :class:`ComposeError`."""
+    copied so that the composition may adjust them; the same dict twice when one unit runs both phases
+    (C, AF), its ``prefill_share`` being the prefill part of its device time. A mode the composition
+    does not know, or a plan record without the phase split, raises :class:`ComposeError`."""
     if mode not in PREFILL_UNIT:
         raise ComposeError(f"mode {mode!r}: chapter 3's plan does not separate prefill from decode work; "
                            f"modes: {', '.join(MODES)}")
     units = {u["unit"]: dict(u) for u in p.units}
+    missing = [n for n, u in units.items() if "prefill_share" not in u]
+    if missing:
+        raise ComposeError(f"mode {mode!r}: units {', '.join(missing)} of the plan do not separate prefill "
+                           "from decode work (no prefill_share; a plan from search.best_plan has it)")
     try:
         return units, units[PREFILL_UNIT[mode]], units[DECODE_UNIT[mode]]
     except KeyError as e:
@@ -341,22 +356,20 @@ def evaluate(s: Scenario, reuse: ReuseCurve | None = None) -> Result:
     # 2. prefix reuse through the layout's tiers on the prefill instances
     tp_p = _instance_gpus(up)
     dp_ = tier_deployment(s, tp_p)
-    if s.mode == "C":  # the colocated plan fills its HBM with the decode batch it was sized for
+    both = up is ud  # one unit runs both phases (C, AF)
+    if both:  # the colocated plan fills its HBM with the decode batch it was sized for
         dp_ = dp_.replace(hbm_cache_fraction=0.0)
     tiers = _tier_list(s.layout, dp_)
     if s.hit_rate > 0 and reuse is None:
         reuse = reuse_curve_from_trace()
     r, h_real = prefill_ratio(s, tiers, tp_p, reuse) if s.hit_rate > 0 else (1.0, 0.0)
     ttft = p.ttft_s * r
-    if s.mode == "C":
-        B, K, x, tpot = up["batch"], up["chunk"], up["interference"], up["tpot"]
-        f = B * I / (O * K)
-        t_dec = tpot / (f * x + 1 - f)
-        share = f * (x - 1) * t_dec / tpot          # prefill share of the colocated device time
+    if r != 1.0 and both:
+        share = up["prefill_share"]                 # prefill share of the unit's device time (chapter 3)
         factor = 1 - share + share * r
         up["dev_per_rate"] *= factor
-        up["tpot"] = tpot * factor
-    else:
+        up["tpot"] *= factor
+    elif r != 1.0:
         up["dev_per_rate"] *= r
     # 3. recall traffic and cold copies of the policy, in the slowest tier of the layout
     recall_s = cold_usd_per_req = write_usd_per_req = 0.0
@@ -390,7 +403,7 @@ def evaluate(s: Scenario, reuse: ReuseCurve | None = None) -> Result:
     dev_s = sum(u["dev_per_rate"] for u in units.values())
     tier_usd_s = sum(t.usd_per_s for t in tiers)
     gpu_usd = dev_s * gpu_s
-    tier_usd = up["dev_per_rate"] / tp_p * tier_usd_s
+    tier_usd = _instance_s(up) * tier_usd_s
     per_m = 1e6 / (I + O)
     meets = bool(ttft <= s.ttft_slo_s * (1 + 1e-12) and tpot <= s.tpot_slo_s * (1 + 1e-12))
     usd = (gpu_usd + tier_usd + cold_usd_per_req + write_usd_per_req) * per_m

@@ -229,10 +229,15 @@ def _chunked_mix(c, run, I, O, ctx, hit=0.0, t_load=0.0):
     fc = np.minimum(f, 0.999)
     c["ttft"] = service + fc / (2 * (1 - fc)) * service + t_dec / 2 + t_load
     c["tpot"] = tpot
+    c["interference"] = t_mix / t_dec
+    # share of the unit's device time that is prefill work: the chunks' extra time over decode-only steps
+    c["prefill_share"] = f * (t_mix - t_dec) / tpot
     return tpot, f, ps, t_mix, t_dec
 
 
 def _finish(out, rate, devices, dollars):
+    if "prefill_share" not in out:  # a prefill unit does only prefill work, a decode unit only decode work
+        out["prefill_share"] = np.full(np.shape(rate), 0.0 if "tpot" in out else 1.0)
     out["rate"] = rate                       # requests/s of one instance (or unit)
     out["devices"] = devices
     out["dollars"] = dollars
@@ -274,7 +279,6 @@ def role_candidates(role, model, wl: Workload, hw, *, prec: Precision, eff: Effi
         if role == "C":
             B = c["batch"]
             tpot, f, ps, t_mix, t_dec = _chunked_mix(c, run, Im, O, ctx, Ih, hit_load(size))
-            c["interference"] = t_mix / t_dec
             mem = wbytes + costs.kv_bytes_per_device(s, prec, seqs=B + ps, ctx=I + O, tp=tp, dp=dp)
             c["feasible"] = (f < 1) & (mem <= _cap(dev, eff)) & (B >= dp * ovl)
             rate = B / (O * tpot)
@@ -346,6 +350,7 @@ def role_candidates(role, model, wl: Workload, hw, *, prec: Precision, eff: Effi
         c["feasible"] = (wa + kvb <= _cap(da, eff)) & (wf <= _cap(df, eff)) & (B >= dp * m)
         rate = B / (O * t)
     c["hw_a"], c["hw_f"] = da["name"], df["name"]
+    c["dollars_a"] = n_a * da["price"]  # the attention pool's share of the unit's price
     return _finish(c, rate, n_a + n_f, n_a * da["price"] + n_f * df["price"])
 
 
@@ -406,6 +411,7 @@ def reprice(c: dict, prices: dict) -> dict:
         pa = np.array([prices[h["hw_a"]] for h in names])[c["hw_idx"]]
         pf = np.array([prices[h["hw_f"]] for h in names])[c["hw_idx"]]
         dollars = c["n_a"] * pa + c["n_f"] * pf
+        return {**c, "dollars": dollars, "dollars_a": c["n_a"] * pa, "usd_per_rate": dollars / c["rate"]}
     return {**c, "dollars": dollars, "usd_per_rate": dollars / c["rate"]}
 
 
@@ -441,6 +447,58 @@ class Plan:
         for u in self.units:
             per_req = self.output_tokens if "tpot" in u else self.input_tokens
             out[u["unit"]] = u["rate"] * per_req / u["devices"]
+        return out
+
+    def pools(self) -> list:
+        """The plan's work by pool and phase, one row per (pool, phase) with work: ``unit``, ``pool``
+        (the unit for a single-pool unit, ``A``/``F`` sides of a split unit: ``PA``/``PF``, ``DA``/``DF``),
+        ``phase`` (``prefill`` or ``decode``), ``devices`` per instance of the pool, ``dev_per_rate``
+        (device-seconds per request) and ``usd_per_rate`` (USD of device price per request/s) of the
+        plan's deployment. A unit that runs both phases (``C``, ``AF``: chunked prefill in the decode
+        batch) splits its time by ``prefill_share``, the chunks' extra time over decode-only steps,
+        ``f (t_mix - t_dec) / TPOT``; a split unit splits by devices (time) and by price (USD).
+        The rows sum to the plan's totals, ``output_tokens / tokens_per_s_per_device`` device-seconds
+        and ``output_tokens / tokens_per_s_per_kusd * 1e3`` USD per request/s (whole instances
+        included: each unit then carries its instances' share)."""
+        if not self.feasible:
+            return []
+        rows = []
+        whole = any("instances" in u for u in self.units)
+        if whole:
+            dev_cost = self.output_tokens / self.tokens_per_s_per_device
+            devs = sum(u["instances"] * u["devices"] for u in self.units)
+        for u in self.units:
+            if whole:  # the deployment's rate is its slowest pool's: a unit's share of it
+                dev, usd = u["device_share"] * dev_cost, u["instances"] * u["dollars"] * dev_cost / devs
+            else:
+                dev, usd = u["dev_per_rate"], u["usd_per_rate"]
+            if "n_a" in u:
+                side = {"AF": ("A", "F"), "PAF": ("PA", "PF"), "DAF": ("DA", "DF")}[u["unit"]]
+                fa = u.get("dollars_a", math.nan) / u["dollars"] if u["dollars"] else u["n_a"] / u["devices"]
+                parts = [(side[0], u["n_a"], u["n_a"] / u["devices"], fa),
+                         (side[1], u["n_f"], u["n_f"] / u["devices"], 1.0 - fa)]
+            else:
+                parts = [(u["unit"], u["devices"], 1.0, 1.0)]
+            ps = u.get("prefill_share", 0.0 if "tpot" in u else 1.0)
+            for pool, n, fd, fu in parts:
+                for phase, share in (("prefill", ps), ("decode", 1.0 - ps)):
+                    if share > 0:
+                        rows.append({"unit": u["unit"], "pool": pool, "phase": phase, "devices": n,
+                                     "dev_per_rate": dev * fd * share, "usd_per_rate": usd * fu * share})
+        return rows
+
+    def phases(self) -> dict:
+        """Prefill and decode work of the plan: ``{phase: {"dev_per_rate", "usd_per_rate",
+        "device_share"}}`` summed over its pools (:meth:`pools`), plus the phase's latency (``ttft_s``
+        for prefill, ``tpot_s`` for decode)."""
+        out = {ph: {"dev_per_rate": 0.0, "usd_per_rate": 0.0} for ph in ("prefill", "decode")}
+        for r in self.pools():
+            out[r["phase"]]["dev_per_rate"] += r["dev_per_rate"]
+            out[r["phase"]]["usd_per_rate"] += r["usd_per_rate"]
+        tot = sum(v["dev_per_rate"] for v in out.values())
+        for v in out.values():
+            v["device_share"] = v["dev_per_rate"] / tot if tot else float("nan")
+        out["prefill"]["ttft_s"], out["decode"]["tpot_s"] = self.ttft_s, self.tpot_s
         return out
 
     def __repr__(self):
