@@ -66,6 +66,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import kv, roofline
+from ..data import content_id
 from ..disagg import devices as _devices
 from ..disagg import search
 from ..forward import Precision
@@ -134,7 +135,7 @@ def reuse_curve_from_trace(trace="mooncake_conversation") -> ReuseCurve:
         return (hc.capacities.astype(float) * tr.block_size, hc.cum_tokens / hc.cum_tokens[-1],
                 float(tr.input_tokens.mean()))
 
-    cap, frac, mean_in = cached("compose_reuse", {"trace": str(trace)}, compute)
+    cap, frac, mean_in = cached("compose_reuse", {"trace": content_id(trace)}, compute)
     return ReuseCurve(cap, frac, mean_in, str(trace))
 
 

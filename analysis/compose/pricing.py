@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..data import content_id
 from ..specs import model as _model
 from .pipeline import ComposeError, ReuseCurve, reuse_curve_from_trace
 
@@ -222,7 +223,7 @@ def routed_reuse(trace="mooncake_conversation", n_instances: int | None = None, 
                            ["token_hit_rate"] for c in grid])
         return grid * tr.block_size, routed / hc.token_hit_rate(top)
 
-    grid, raw = cached("compose_routed_reuse", {"trace": str(trace), "n": n, "policy": policy,
+    grid, raw = cached("compose_routed_reuse", {"trace": content_id(trace), "n": n, "policy": policy,
                                                 "model": str(model), "gpu": str(gpu), "config": config,
                                                 "points": grid_points, "slack": slack, "seed": seed},
                        compute)
