@@ -86,3 +86,21 @@ def test_three_tier_approaches_full_cache(policy):
     assert np.all(np.diff(fr[:, 0]) >= -1e-12)  # more full-precision windows as the budget grows
     assert np.all(np.diff(fr[:, 2]) <= 1e-12)  # fewer evicted
     assert fr[-1, 0] == 1.0
+
+
+def test_frozen_settings_match_the_code():
+    """results/qevict_tuned.json is current: rerun `python -m analysis.qevict.tuning` when this fails
+    (the policies, quantizer, documents, search space or tuning documents changed since the search)."""
+    tuned = tuning.load()
+    reasons = tuning.stale_reasons(tuned)
+    assert not reasons, f"stale tuned settings: {reasons}"
+    assert set(tuned["settings"]) == set(tuning.TUNED_KNOBS)
+    assert all(len(v) == len(tuned["budgets"]) for v in tuned["settings"].values())
+
+
+def test_stale_reasons_detects_changes():
+    tuned = json.loads(json.dumps(tuning.load()))
+    tuned["search_space"] = {"qbits": [2]}
+    tuned["tuning_documents"] = ["code:x"]
+    r = tuning.stale_reasons(tuned)
+    assert "the search space changed" in r and "the tuning documents changed" in r

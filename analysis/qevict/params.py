@@ -13,7 +13,7 @@ PARAMS = {
                        "'needle:<stdlib module>' (multi-key retrieval on its docstrings), 'ref:<topic>' "
                        "(language reference), 'news:<NEWS|NEWS2x|HISTORY>' (IDLE release notes), "
                        "'tests:<module>' (Lib/test/test_<module>.py)"),
-    "tuned_settings": Param("none", "str",
+    "tuned_settings": Param("results/qevict_tuned.json", "str",
                             "frozen QEvict/MiKV settings per budget from the search on tuning documents "
                             "(python -m analysis.qevict.tuning); 'none': the hand-set knobs below"),
     "prefill_tokens": Param(1024, "int", "tokens prefilled at full attention before compression "

@@ -166,6 +166,31 @@ def load(path: str | Path = DEFAULT_PATH) -> dict:
     return json.loads(path.read_text())
 
 
+# What the frozen settings depend on: the policies' logic, the quantizer and the documents.  The engine
+# (kvcache.py, runner.py, gguf_model.py) is excluded: its rewrites are tested to give the same results.
+DEPENDS_ON = ("analysis/qevict/policies.py", "analysis/qevict/quant.py", "analysis/qevict/corpora.py")
+
+
+def stale_reasons(tuned: dict) -> list[str] | None:
+    """Why the frozen settings no longer match the code (empty: current; None: cannot tell, no git):
+    files of :data:`DEPENDS_ON` changed since the recorded commit, or another search space or set of
+    tuning documents than the recorded ones."""
+    out = []
+    if tuned.get("search_space") != SEARCH_SPACE:
+        out.append("the search space changed")
+    if tuned.get("tuning_documents") != list(TUNING_DOCUMENTS):
+        out.append("the tuning documents changed")
+    root = Path(__file__).resolve().parents[2]
+    commit = tuned.get("provenance", {}).get("commit", "unknown")
+    try:
+        r = subprocess.run(["git", "diff", "--name-only", commit, "--", *DEPENDS_ON], cwd=root,
+                           capture_output=True, text=True, check=True)
+    except Exception:  # no git, or the commit is not in this clone
+        return out or None
+    out += [f"{f} changed since commit {commit[:10]}" for f in r.stdout.split()]
+    return out
+
+
 def overrides(tuned: dict, base: PolicyConfig, policies, budgets) -> dict:
     """{(policy, frac): PolicyConfig} with the frozen settings of every tuned policy at every budget;
     a clear error when a budget was not tuned."""
