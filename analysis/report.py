@@ -117,3 +117,17 @@ def rerun_footer(chapter: str, sweep: str | None = None):
         lines.append(f"python -m analysis.rerun --sweep sweeps/{sweep} --jobs 2")
     lines += ["```", "", "**Built with** " + ", ".join(f"{k} {v}" for k, v in versions().items()) + "."]
     return Markdown("\n".join(lines))
+
+
+def csv_download(df, filename: str, text: str | None = None):
+    """An HTML link that downloads ``df`` as CSV (embedded as a data URI, so it works in the built book,
+    in the notebook and offline); for tables too long to show (issue 11: figures + full table as CSV)."""
+    import base64
+    import html
+
+    from IPython.display import HTML
+
+    data = base64.b64encode(df.to_csv(index=False).encode()).decode()
+    label = html.escape(text or f"Download the full table ({len(df)} rows) as CSV: {filename}")
+    name = html.escape(filename)
+    return HTML(f'<p><a download="{name}" href="data:text/csv;base64,{data}">{label}</a></p>')

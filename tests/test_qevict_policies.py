@@ -13,7 +13,7 @@ except FileNotFoundError as e:  # pragma: no cover
 from analysis.qevict import corpora  # noqa: E402
 from analysis.qevict.gguf_model import load_model  # noqa: E402
 from analysis.qevict.kvcache import EVICTED, FULL, QUANT, MultiStreamCache  # noqa: E402
-from analysis.qevict.policies import POLICIES, PolicyConfig  # noqa: E402
+from analysis.qevict.policies import POLICIES, RECALL_POLICIES, PolicyConfig  # noqa: E402
 from analysis.qevict.runner import run_document  # noqa: E402
 from analysis.qevict.tokenizer import load_tokenizer  # noqa: E402
 
@@ -105,11 +105,36 @@ def test_quantize_only_policy_never_evicts_when_it_fits(run_budgets):
 
 def test_recall_counts_bytes(run_budgets):
     r = run_budgets
+    F = 2 * W * 64 * 2
     for i, (p, f) in enumerate(r["streams"]):
-        if p == "qevict_recall":
-            assert r["recall_bytes"][i] == r["promotions"][i] * 2 * W * 64 * 2
+        if p in ("qevict_recall", "h2o_recall", "snapkv_recall"):
+            assert r["recall_bytes"][i] == r["promotions"][i] * F
+        if p in RECALL_POLICIES:
+            assert r["recall_bytes"][i] == r["recall_transfers"][i] * F
+            assert r["offdevice_bytes"][:, i].max() > 0, (p, f)
         else:
-            assert r["recall_bytes"][i] == 0
+            assert r["recall_bytes"][i] == 0 and r["offdevice_bytes"][:, i].max() == 0
+        # per-step traffic adds up to the total
+        assert r["step_recall_bytes"][:, i].sum() == r["recall_bytes"][i]
+        assert r["step_recall_transfers"][:, i].sum() == r["recall_transfers"][i]
+    for p in RECALL_POLICIES:  # every recalling policy recalls at some budget
+        assert sum(r["recall_bytes"][i] for i, (q, f) in enumerate(r["streams"]) if q == p) > 0, p
+
+
+def test_device_bytes_within_budget_every_step(run_budgets):
+    """On-device bytes (tiers, open window, Quest's loaded pages, digests) never exceed the budget
+    at any decoding step, and the offloading policies use at least the budget minus one window."""
+    r = run_budgets
+    L, H, F = 30, 3, 2 * W * 64 * 2
+    D = r["kl"].shape[0]
+    nc = (192 + np.arange(D)) // W
+    for i, (p, f) in enumerate(r["streams"]):
+        if p == "full":
+            continue
+        budget = f * (nc + 1) * F * L * H
+        assert np.all(r["device_bytes"][:, i] <= budget + 1e-6), p
+        if p in ("quest", "h2o_recall", "snapkv_recall"):
+            assert np.all(r["device_bytes"][:, i] > budget - 2 * F * L * H), p
 
 
 def _cache(model, ids, P=64, B=1, bits=2):

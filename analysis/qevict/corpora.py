@@ -84,8 +84,9 @@ class Document:
 
 def parse_spec(spec: str) -> tuple[str, str]:
     kind, sep, module = spec.partition(":")
-    if not sep or kind not in ("code", "docs", "needle") or not module:
-        raise ValueError(f"document spec {spec!r} must be 'code:<module>', 'docs:<module>' or 'needle:<module>'")
+    if not sep or kind not in GENRES or not module:
+        kinds = ", ".join(f"'{g}:<name>'" for g in GENRES)
+        raise ValueError(f"document spec {spec!r} must be one of {kinds}")
     return kind, module
 
 
@@ -109,6 +110,14 @@ def load_document(spec: str, tokenizer, n_tokens: int, *, prefill_tokens: int | 
             raise ValueError(f"{spec} has {len(ids)} tokens, fewer than the {n_tokens} needed; choose a longer module")
         ids = ids[:n_tokens]
         return Document(spec, ids, kind, _sha(ids), meta=dict(source=str(module_file(module))))
+    if kind in EXTRA_GENRES:
+        text, source = EXTRA_GENRES[kind](module)
+        ids = tokenizer.encode(text)
+        if len(ids) < n_tokens:
+            raise ValueError(f"{spec} has {len(ids)} tokens, fewer than the {n_tokens} needed; "
+                             f"choose another {kind} document")
+        ids = ids[:n_tokens]
+        return Document(spec, ids, kind, _sha(ids), meta=dict(source=source))
     if prefill_tokens is None:
         raise ValueError("needle documents need prefill_tokens")
     return needle_document(spec, module, tokenizer, n_tokens, prefill_tokens, n_needles, n_queries, seed)
@@ -182,3 +191,50 @@ def needle_document(spec, module, tokenizer, n_tokens, prefill_tokens, n_needles
     meta = dict(keys=keys, values=values, queried=[keys[i] for i in queried],
                 needle_positions=depth, haystack=module)
     return Document(spec, tokens, "needle", _sha(tokens), answers=answers, meta=meta)
+
+
+# ----------------------------------------------------------------------------------------------
+# Further genres (issue 14): what ships with Python, no download.
+#   ref:<topic>    the Python language reference (pydoc_data.topics, the text of `help()`), from
+#                  <topic> on through the following topics in alphabetical order: technical prose
+#   news:<file>    IDLE's release notes (idlelib/NEWS.txt, NEWS2x.txt, HISTORY.txt, from <file> on):
+#                  a changelog, terse list items with issue numbers and names
+#   tests:<module> the unit tests of a module (Lib/test/test_<module>.py): code of another kind,
+#                  repetitive calls, assertions and literals
+# ----------------------------------------------------------------------------------------------
+
+NEWS_FILES = ("NEWS", "NEWS2x", "HISTORY")
+
+
+def reference_text(topic: str) -> tuple[str, str]:
+    from pydoc_data.topics import topics
+
+    keys = sorted(topics)
+    if topic not in topics:
+        raise ValueError(f"no language-reference topic {topic!r}; topics include {', '.join(keys[:12])}, ...")
+    return "\n\n".join(topics[k] for k in keys[keys.index(topic):]), f"pydoc_data.topics[{topic}:]"
+
+
+def news_text(name: str) -> tuple[str, str]:
+    if name not in NEWS_FILES:
+        raise ValueError(f"news document must be one of {', '.join(NEWS_FILES)}, got {name!r}")
+    files = [stdlib_dir() / "idlelib" / f"{n}.txt" for n in NEWS_FILES[NEWS_FILES.index(name):]]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise FileNotFoundError(f"IDLE release notes not found: {', '.join(missing)} (is idlelib installed?)")
+    return "\n\n".join(f.read_text(encoding="utf-8") for f in files), str(files[0])
+
+
+def test_source(module: str) -> tuple[str, str]:
+    if not module or any(c in module for c in "/\\."):
+        raise ValueError(f"bad module name {module!r}")
+    f = stdlib_dir() / "test" / f"test_{module}.py"
+    if not f.is_file():
+        raise FileNotFoundError(f"no unit tests {f} (the Python test suite may not be installed)")
+    return f.read_text(encoding="utf-8"), str(f)
+
+
+EXTRA_GENRES = {"ref": reference_text, "news": news_text, "tests": test_source}
+GENRES = ("code", "docs", "needle") + tuple(EXTRA_GENRES)
+GENRE_LABELS = {"code": "source code", "docs": "API prose (docstrings)", "needle": "needle retrieval",
+                "ref": "language reference", "news": "release notes", "tests": "unit tests"}

@@ -10,7 +10,7 @@ import pandas as pd
 
 from .corpora import load_document
 from .gguf_model import load_model
-from .metrics import global_lir, summarize_run, tier_bytes_table
+from .metrics import document_drift, global_lir, summarize_run, tier_bytes_table
 from .policies import PolicyConfig
 from .runner import run_document_cached
 from .tokenizer import load_tokenizer
@@ -32,6 +32,8 @@ class Experiment:
     lir: pd.DataFrame
     seconds: float
     timings: list = field(default_factory=list)
+    drift: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row per document (issue 14)
+    tuned: dict | None = None  # the frozen settings used, or None (hand-set knobs)
 
     def tier_bytes(self) -> pd.DataFrame:
         """Bytes held per tier (full, quantized, cold) per policy and budget (bridge to chapter 2)."""
@@ -46,7 +48,13 @@ def run_experiment(p: dict, *, verbose: bool = False) -> Experiment:
     tok = load_tokenizer()
     pcfg = policy_config(p)
     P, D = p["prefill_tokens"], p["decode_tokens"]
-    docs, results, rows, lirs, timings = [], [], [], [], []
+    tuned, over = None, None
+    if p.get("tuned_settings", "none") != "none":
+        from . import tuning
+
+        tuned = tuning.load(p["tuned_settings"])
+        over = tuning.overrides(tuned, pcfg, p["policies"], p["budgets"])
+    docs, results, rows, lirs, timings, drifts = [], [], [], [], [], []
     t0 = time.perf_counter()
     for spec in p["documents"]:
         doc = load_document(spec, tok, P + D + 1, prefill_tokens=P, n_needles=p["n_needles"],
@@ -54,7 +62,8 @@ def run_experiment(p: dict, *, verbose: bool = False) -> Experiment:
         t1 = time.perf_counter()
         if verbose:
             print(f"{spec}: {len(doc)} tokens", flush=True)
-        res = run_document_cached(model, doc.tokens, P, D, p["policies"], p["budgets"], pcfg, verbose=verbose)
+        res = run_document_cached(model, doc.tokens, P, D, p["policies"], p["budgets"], pcfg, verbose=verbose,
+                                  overrides=over)
         timings.append(dict(document=spec, seconds=time.perf_counter() - t1,
                             seconds_prefill=res["seconds_prefill"], seconds_decode=res["seconds_decode"]))
         docs.append(doc)
@@ -63,8 +72,22 @@ def run_experiment(p: dict, *, verbose: bool = False) -> Experiment:
         lr = global_lir(res["attn_full"], P, p["window_tokens"], p["lir_gap_steps"], p["lir_tau"], p["sink_windows"])
         lr.insert(0, "document", spec)
         lirs.append(lr)
-    return Experiment(p, docs, results, pd.concat(rows, ignore_index=True), pd.concat(lirs, ignore_index=True),
-                      time.perf_counter() - t0, timings)
+        drifts.append(dict(document=spec, genre=doc.kind, **document_drift(
+            res["attn_full"], P, p["window_tokens"], gap=p["lir_gap_steps"], tau=p["lir_tau"],
+            sink_windows=p["sink_windows"], seed=p["seed"])))
+    if tuned is not None:
+        from .tuning import check_disjoint
+
+        tdocs = {}
+        for spec in tuned["tuning_documents"]:
+            tP, tD = tuned["prefill_tokens"], tuned["decode_tokens"]
+            tdocs[spec] = load_document(spec, tok, tP + tD + 1, prefill_tokens=tP, n_needles=p["n_needles"],
+                                        n_queries=p["n_queries"], seed=p["seed"]).tokens
+        check_disjoint(tdocs, {d.spec: d.tokens for d in docs})
+    summary = pd.concat(rows, ignore_index=True)
+    summary.insert(1, "genre", summary.document.str.split(":").str[0])
+    return Experiment(p, docs, results, summary, pd.concat(lirs, ignore_index=True),
+                      time.perf_counter() - t0, timings, pd.DataFrame(drifts), tuned)
 
 
 def perplexity(model, tokens) -> float:

@@ -24,6 +24,19 @@ Two ways to promote a quantized window back to ``FULL``:
 * ``"recall"``: copy the exact window back from the cold tier (ArkVale-style); the bytes moved are
   counted in ``recall_bytes``.  Writing the exact copy of a window to the cold tier when it is
   first demoted is counted in ``offload_bytes``.
+
+Offloading policies (issue 14: Quest-style page selection, ArkVale-style H2O / SnapKV with recall)
+use a fourth tier, ``OFFLOADED`` (3): the exact window lives off the device (masked out of the
+attention like an evicted one) and may come back to ``FULL`` by a recall (counted in
+``recall_bytes`` and ``recall_transfers``).  These policies rank windows by a *digest* kept on the
+device, the channel-wise min and max of each window's keys (Quest's page metadata, ArkVale's
+bounding box): for a query q the largest logit any key of the window can give is
+``relu(q) . kmax + min(q, 0) . kmin``.  ``step_pages`` (per stream, -1: off) makes a stream load,
+at every decoding step and for every layer and KV head, the ``step_pages`` offloaded windows with the
+largest bound (max over the query heads of the KV head) and attend to them exactly (Quest); the
+windows loaded at the previous step stay on the device, so only the newly selected ones are moved.
+``digest_rows`` makes the cache estimate, for those streams, each window's attention share as the
+softmax over windows of (bound + log tokens in the window) (``win_est``).
 """
 from __future__ import annotations
 
@@ -31,8 +44,14 @@ import numpy as np
 
 from .quant import full_window_bytes, quant_window_bytes, quantize_keys, quantize_values
 
-FULL, QUANT, EVICTED = 0, 1, 2
-TIER_NAMES = {FULL: "full", QUANT: "quantized", EVICTED: "evicted"}
+FULL, QUANT, EVICTED, OFFLOADED = 0, 1, 2, 3
+TIER_NAMES = {FULL: "full", QUANT: "quantized", EVICTED: "evicted", OFFLOADED: "offloaded"}
+DIGEST_BYTES_PER_ELEM = 2  # fp16 min and max of each key channel of a window (Quest / ArkVale digest)
+
+
+def digest_window_bytes(head_dim: int) -> int:
+    """Bytes of one window's key digest (channel-wise min and max, fp16) for one KV head."""
+    return 2 * head_dim * DIGEST_BYTES_PER_ELEM
 
 
 class MultiStreamCache:
@@ -67,7 +86,18 @@ class MultiStreamCache:
         self.recall_bytes = np.zeros(n_streams, np.int64)
         self.offload_bytes = np.zeros(n_streams, np.int64)
         self.n_promotions = np.zeros(n_streams, np.int64)
+        self.recall_transfers = np.zeros(n_streams, np.int64)  # window-heads moved back to the device
         self.F = full_window_bytes(window, hd)
+        # --- digests and per-step page selection (offloading policies, issue 14)
+        pk = self.Kp.reshape(L, Hkv, self.NWp, window, hd)
+        self.pmin, self.pmax = pk.min(3), pk.max(3)  # (L, Hkv, NWp, hd)
+        nwd = max(self.Dmax // window, 1)
+        self.dmin = np.zeros((L, n_streams, Hkv, nwd, hd), np.float32)
+        self.dmax = np.zeros_like(self.dmin)
+        self.step_pages = np.full(n_streams, -1, np.int64)
+        self.digest_rows = np.zeros(n_streams, bool)
+        self.loaded = np.zeros((n_streams, L, Hkv, self.NW), bool)  # windows loaded this step
+        self.win_est = np.zeros((L, n_streams, Hkv, self.NW), np.float32)
         self.set_bits(bits)
         self.length = P
         self.record_attention = record_attention
@@ -98,6 +128,13 @@ class MultiStreamCache:
         self.Vd[layer, :, :, d] = v
         self.Kdh[layer, :, :, d] = k
         self.Vdh[layer, :, :, d] = v
+        wd, r = divmod(d, self.W)
+        if r == 0:
+            self.dmin[layer, :, :, wd] = k
+            self.dmax[layer, :, :, wd] = k
+        else:
+            np.minimum(self.dmin[layer, :, :, wd], k, out=self.dmin[layer, :, :, wd])
+            np.maximum(self.dmax[layer, :, :, wd], k, out=self.dmax[layer, :, :, wd])
         if layer == self.L - 1:
             self.length = pos + 1
 
@@ -134,7 +171,10 @@ class MultiStreamCache:
             sd = np.matmul(qd, self.Kdh[layer, :, :, :td].swapaxes(-1, -2))  # (B, Hkv, g, td)
             sc.reshape(Hkv, B, g, t)[..., P:] = sd.transpose(1, 0, 2, 3)
         s4 = sc.reshape(Hkv, B, g, t)
-        s4 += self.bias[layer, :, :, :t].transpose(1, 0, 2)[:, :, None, :]
+        bias = self.bias[layer, :, :, :t]
+        if self.digest_rows.any() or (self.step_pages >= 0).any():
+            bias = self._digest_step(layer, q, t, bias)
+        s4 += bias.transpose(1, 0, 2)[:, :, None, :]
         s4 -= s4.max(-1, keepdims=True)
         np.exp(s4, out=s4)
         s4 /= s4.sum(-1, keepdims=True)
@@ -159,6 +199,73 @@ class MultiStreamCache:
             pd = s4[..., P:].transpose(1, 0, 2, 3)  # (B, Hkv, g, td)
             out = out + np.matmul(pd, self.Vdh[layer, :, :, :td])
         return out.reshape(B, Hkv * g, hd)
+
+    def _bound(self, layer: int, q: np.ndarray, rows: np.ndarray, nw: int) -> np.ndarray:
+        """Upper bound of the logit of any key of each window ``< nw`` for the queries of streams
+        ``rows``: (nb, Hkv, nw), max over the query heads of each KV head."""
+        Hkv, g, hd, nwp = self.Hkv, self.g, self.hd, self.NWp
+        qr = q.reshape(self.B, Hkv, g, hd)[rows]  # (nb, Hkv, g, hd)
+        qp = np.maximum(qr, 0)
+        qn = qr - qp
+        nb = len(rows)
+        out = np.empty((nb, Hkv, g, nw), np.float32)
+        k = min(nw, nwp)
+        qpt = qp.transpose(1, 0, 2, 3).reshape(Hkv, nb * g, hd)
+        qnt = qn.transpose(1, 0, 2, 3).reshape(Hkv, nb * g, hd)
+        bp = (np.matmul(qpt, self.pmax[layer, :, :k].swapaxes(-1, -2))
+              + np.matmul(qnt, self.pmin[layer, :, :k].swapaxes(-1, -2)))
+        out[..., :k] = bp.reshape(Hkv, nb, g, k).transpose(1, 0, 2, 3)
+        if nw > nwp:
+            nd = nw - nwp
+            dmx = self.dmax[layer, rows, :, :nd]  # (nb, Hkv, nd, hd)
+            dmn = self.dmin[layer, rows, :, :nd]
+            out[..., nwp:] = np.matmul(qp, dmx.swapaxes(-1, -2)) + np.matmul(qn, dmn.swapaxes(-1, -2))
+        return out.max(2)
+
+    def _digest_step(self, layer: int, q: np.ndarray, t: int, bias: np.ndarray) -> np.ndarray:
+        """ArkVale-style window estimates (``win_est``) and Quest page selection: returns the
+        attention bias (B, Hkv, t) with the windows loaded this step unmasked (a copy if changed)."""
+        W, copied = self.W, False
+        nw = -(-t // W)
+        nc = t // W  # closed windows (the window holding token t-1 is open unless t % W == 0)
+        rows = np.nonzero(self.digest_rows | (self.step_pages >= 0))[0]
+        bound = self._bound(layer, q, rows, nw)  # (nb, Hkv, nw)
+        for j, b in enumerate(rows):
+            if self.digest_rows[b]:
+                ntok = np.full(nw, float(W))
+                ntok[-1] = t - (nw - 1) * W
+                z = bound[j] + np.log(ntok)
+                z -= z.max(-1, keepdims=True)
+                e = np.exp(z)
+                self.win_est[layer, b, :, :nw] = e / e.sum(-1, keepdims=True)
+                self.win_est[layer, b, :, nw:] = 0
+            k = int(self.step_pages[b])
+            if k < 0:
+                continue
+            off = self.tier[b, layer, :, :nc] == OFFLOADED  # (Hkv, nc)
+            pr = np.where(off, bound[j, :, :nc], -np.inf)
+            if k > 0 and off.any():
+                order = np.argsort(-pr, axis=-1, kind="stable")[:, :k]
+                sel = np.zeros_like(off)
+                np.put_along_axis(sel, order, True, axis=-1)
+                sel &= off
+            else:
+                sel = np.zeros_like(off)
+            prev = self.loaded[b, layer, :, :nc]
+            new = sel & ~prev
+            n_new = int(new.sum())
+            if n_new:
+                self.recall_transfers[b] += n_new
+                self.recall_bytes[b] += n_new * self.F
+            self.loaded[b, layer, :, :nc] = sel
+            self.loaded[b, layer, :, nc:] = False
+            if sel.any():  # the loaded windows are attended exactly this step
+                if not copied:
+                    bias, copied = bias.copy(), True
+                tok = np.zeros((self.Hkv, t), bool)
+                tok[:, :nc * W] = np.repeat(sel, W, axis=-1)
+                bias[b][tok] = 0.0
+        return bias
 
     # -------------------------------------------------------------- tiers
     def _hot_blocks(self, l, b, h, w):
@@ -256,17 +363,67 @@ class MultiStreamCache:
                     self._write_decoded(ld, np.full(len(ld), b), hd_, wd, K, V)
                 self._set_lossy(b, l, h, w, False)
                 self.recall_bytes[b] += len(l) * self.F
+                self.recall_transfers[b] += len(l)
             elif promote == "dequant":
                 pass  # stays lossy: the dequantized values are now stored in fp16
             else:
                 raise ValueError(f"promotion of quantized windows not allowed (promote={promote!r})")
             self.n_promotions[b] += len(l)
+        self._offload_moves(b, old, new)
         # evictions
         l, h, w = np.nonzero((old != EVICTED) & (new == EVICTED))
         if len(l):
             bias = self.bias.reshape(self.L, self.B, self.Hkv, self.NW, self.W)
             bias[l, b, h, w] = -np.inf
         self.tier[b] = new
+
+    def _offload_moves(self, b: int, old: np.ndarray, new: np.ndarray):
+        """Moves to and from the ``OFFLOADED`` tier: offloading writes the exact window off the
+        device once (``offload_bytes``); a recall brings the exact window back (``recall_bytes``,
+        ``recall_transfers``, ``n_promotions``)."""
+        if np.any((old == OFFLOADED) & (new == QUANT)):
+            raise ValueError("an offloaded window comes back at full precision (recall), not quantized")
+        bias = self.bias.reshape(self.L, self.B, self.Hkv, self.NW, self.W)
+        l, h, w = np.nonzero((old != OFFLOADED) & (old != EVICTED) & (new == OFFLOADED))
+        if len(l):
+            fresh = ~self.in_cold[b, l, h, w]
+            self.offload_bytes[b] += int(fresh.sum()) * self.F
+            self.in_cold[b, l, h, w] = True
+            bias[l, b, h, w] = -np.inf
+        l, h, w = np.nonzero((old == OFFLOADED) & (new == FULL))
+        if len(l):
+            dec = w >= self.NWp
+            if dec.any():
+                ld, hd_, wd = l[dec], h[dec], w[dec]
+                nwd = self.Dmax // self.W
+                K = self.Kd.reshape(self.L, self.B, self.Hkv, nwd, self.W, self.hd)[ld, b, hd_, wd - self.NWp]
+                V = self.Vd.reshape(self.L, self.B, self.Hkv, nwd, self.W, self.hd)[ld, b, hd_, wd - self.NWp]
+                self._write_decoded(ld, np.full(len(ld), b), hd_, wd, K, V)
+            self._set_lossy(b, l, h, w, False)
+            bias[l, b, h, w] = 0.0
+            self.recall_bytes[b] += len(l) * self.F
+            self.recall_transfers[b] += len(l)
+            self.n_promotions[b] += len(l)
+
+    def device_bytes(self, b: int, n_closed: int) -> int:
+        """Bytes stream ``b`` holds on the device now (all layers and heads): full and quantized
+        windows, the open window, the windows loaded this step (Quest) and the key digests of the
+        closed windows (streams with digests)."""
+        t = self.tier[b][..., :n_closed]
+        n = int((t == FULL).sum()) + self.L * self.Hkv
+        loaded = int((self.loaded[b][..., :n_closed] & (t == OFFLOADED)).sum())
+        dig = self.L * self.Hkv * n_closed * digest_window_bytes(self.hd) if self.uses_digest(b) else 0
+        return (n + loaded) * self.F + int((t == QUANT).sum()) * int(self.Q[b]) + dig
+
+    def offdevice_bytes(self, b: int, n_closed: int) -> int:
+        """Bytes stream ``b`` keeps off the device (exact copies it may recall): quantized windows
+        with a cold copy, and offloaded windows."""
+        t = self.tier[b][..., :n_closed]
+        cold = self.in_cold[b][..., :n_closed]
+        return int(((cold & (t == QUANT)) | (t == OFFLOADED)).sum()) * self.F
+
+    def uses_digest(self, b: int) -> bool:
+        return bool(self.digest_rows[b] or self.step_pages[b] >= 0)
 
     def hot_bytes(self, b: int, n_closed: int, open_window: bool = True) -> np.ndarray:
         """Bytes held on the device by stream ``b`` per (layer, KV head), counting the closed
@@ -282,6 +439,6 @@ class MultiStreamCache:
         t = self.tier[b][..., :n_closed]
         n_full = int((t == FULL).sum()) + self.L * self.Hkv  # + open window
         n_q = int((t == QUANT).sum())
-        cold = int((self.in_cold[b][..., :n_closed] & (t == QUANT)).sum())
+        cold = int((self.in_cold[b][..., :n_closed] & (t == QUANT)).sum()) + int((t == OFFLOADED).sum())
         return dict(full=n_full * self.F, quantized=n_q * int(self.Q[b]), cold=cold * self.F,
                     evicted=int((t == EVICTED).sum()) * self.F)

@@ -4,13 +4,18 @@ from __future__ import annotations
 from ..params import Param
 from .policies import POLICIES
 
-DEFAULT_DOCUMENTS = ["code:argparse", "code:inspect", "docs:typing", "needle:turtle", "needle:_pydecimal",
-                     "needle:doctest"]
+DEFAULT_DOCUMENTS = ["code:argparse", "docs:typing", "needle:turtle", "ref:assignment", "news:NEWS",
+                     "tests:argparse"]
 
 PARAMS = {
     "documents": Param(DEFAULT_DOCUMENTS, "list[str]",
-                       "documents: 'code:<stdlib module>', 'docs:<stdlib module>' (docstrings) or "
-                       "'needle:<stdlib module>' (multi-key retrieval on its docstrings)"),
+                       "evaluation documents: 'code:<stdlib module>', 'docs:<stdlib module>' (docstrings), "
+                       "'needle:<stdlib module>' (multi-key retrieval on its docstrings), 'ref:<topic>' "
+                       "(language reference), 'news:<NEWS|NEWS2x|HISTORY>' (IDLE release notes), "
+                       "'tests:<module>' (Lib/test/test_<module>.py)"),
+    "tuned_settings": Param("results/qevict_tuned.json", "str",
+                            "frozen QEvict/MiKV settings per budget from the search on tuning documents "
+                            "(python -m analysis.qevict.tuning); 'none': the hand-set knobs below"),
     "prefill_tokens": Param(1024, "int", "tokens prefilled at full attention before compression "
                             "(a multiple of window_tokens)", min=64, max=8192),
     "decode_tokens": Param(96, "int", "teacher-forced decoding steps after the prefill", min=8, max=4096),
@@ -57,10 +62,12 @@ def check_consistency(p: dict) -> None:
         errs.append(f"n_queries ({p['n_queries']}) must not exceed n_needles ({p['n_needles']})")
     if p["heatmap_document"] >= len(p["documents"]):
         errs.append(f"heatmap_document ({p['heatmap_document']}) must index documents (0..{len(p['documents']) - 1})")
+    from .corpora import GENRES
+
     for d in p["documents"]:
         kind, sep, mod = d.partition(":")
-        if kind not in ("code", "docs", "needle") or not sep or not mod:
-            errs.append(f"documents: {d!r} must be 'code:<module>', 'docs:<module>' or 'needle:<module>'")
+        if kind not in GENRES or not sep or not mod:
+            errs.append(f"documents: {d!r} must be one of " + ", ".join(f"'{g}:<name>'" for g in GENRES))
     nw = p["prefill_tokens"] // p["window_tokens"]
     for f in p["budgets"]:
         if f * (nw + 1) < p["sink_windows"] + 1:

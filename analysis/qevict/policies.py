@@ -15,15 +15,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .kvcache import EVICTED, FULL, QUANT
+from .kvcache import EVICTED, FULL, OFFLOADED, QUANT, digest_window_bytes
 from .quant import full_window_bytes, quant_window_bytes
 
 POLICIES = ("full", "streaming", "h2o", "tova", "snapkv", "kivi2", "kivi4", "mikv", "qevict_dequant",
-            "qevict_recall")
+            "qevict_recall", "quest", "h2o_recall", "snapkv_recall")
+RECALL_POLICIES = ("qevict_recall", "quest", "h2o_recall", "snapkv_recall")  # keep exact copies off-device
 POLICY_LABELS = {
     "full": "Full cache", "streaming": "StreamingLLM", "h2o": "H2O", "tova": "TOVA", "snapkv": "SnapKV",
     "kivi2": "KIVI 2-bit", "kivi4": "KIVI 4-bit", "mikv": "MiKV-style (no promotion)",
     "qevict_dequant": "QEvict (dequantize in place)", "qevict_recall": "QEvict (recall from cold tier)",
+    "quest": "Quest (offloaded, top-k pages per step)", "h2o_recall": "H2O + recall (ArkVale-style)",
+    "snapkv_recall": "SnapKV + recall (ArkVale-style)",
 }
 
 
@@ -38,6 +41,8 @@ class PolicyConfig:
     score_decay: float = 0.95  # per-step decay of the MiKV / QEvict accumulated attention
     snap_obs_tokens: int = 32  # SnapKV / QEvict observation window at the end of the prefill
     snap_kernel: int = 7  # SnapKV max-pool kernel (tokens)
+    promote_margin: float = 0.0  # QEvict: a quantized window displaces a full one only if its score is
+    # more than (1 + promote_margin) times the full window's (hysteresis against recall churn)
 
     def __post_init__(self):
         if self.window % self.group or self.head_dim % self.group:
@@ -48,6 +53,8 @@ class PolicyConfig:
             raise ValueError("score_decay must be in (0, 1]")
         if self.sink_windows < 0:
             raise ValueError("sink_windows must be >= 0")
+        if self.promote_margin < 0:
+            raise ValueError("promote_margin must be >= 0")
 
 
 def _top_mask(priority: np.ndarray, n) -> np.ndarray:
@@ -70,6 +77,8 @@ class Policy:
     name = "base"
     bits = 0  # bit width of this policy's quantized windows (0: never quantizes)
     promote = "none"
+    uses_digest = False  # True: the cache estimates window attention from key digests (observe_estimate)
+    step_pages = None  # Quest: windows loaded per step and (layer, KV head), set by target()
 
     def __init__(self, frac: float, cfg: PolicyConfig, n_layers: int, n_kv: int, n_windows: int):
         if not 0 < frac <= 1:
@@ -96,6 +105,14 @@ class Policy:
     def observe(self, win_attn: np.ndarray):
         """Attention of the current query on this stream's own cache, (L, Hkv, NW), mean over the
         query heads of each KV head."""
+
+    def observe_estimate(self, win_est: np.ndarray):
+        """Digest-estimated attention share of every window (L, Hkv, NW), held or not (policies
+        with ``uses_digest``)."""
+
+    def extra_device_bytes(self, nc: int) -> float:
+        """Device bytes per (layer, KV head) beyond the windows' tiers: key digests, Quest's pages."""
+        return 0.0
 
     def target(self, tier: np.ndarray, nc: int) -> np.ndarray:
         raise NotImplementedError
@@ -305,6 +322,8 @@ class ThreeTier(Policy):
             n_keep = n_alive.copy()
         # choose full windows: half recent, half by score
         pr_full = np.where(full_ok, sc, -np.inf)
+        if self.promote != "none" and self.cfg.promote_margin > 0:  # hysteresis: incumbents keep their place
+            pr_full = np.where(cand == FULL, pr_full * (1 + self.cfg.promote_margin), pr_full)
         n_recent = n_full // 2
         # the n_recent newest full-eligible windows get top priority
         rec_rank = np.cumsum(full_ok[..., ::-1], -1)[..., ::-1]  # 1 for newest eligible
@@ -342,8 +361,125 @@ class QEvictRecall(ThreeTier):
         super().__init__(frac, cfg, n_layers, n_kv, n_windows, promote="recall")
 
 
+class _Offloading(Policy):
+    """Policies that keep every window they do not hold off the device (exact, recallable) and
+    rank windows with key digests kept on the device (``digest_window_bytes`` per window and head,
+    counted in the budget)."""
+    promote = "recall"
+    uses_digest = True
+
+    def fits_all(self, nc: int) -> bool:
+        """Every closed window fits at full precision: nothing goes off the device, no digest needed."""
+        return nc - min(self.cfg.sink_windows, nc) <= self.capacity(nc) + 1e-9
+
+    def extra_device_bytes(self, nc):
+        if self.fits_all(nc):
+            return 0.0
+        s = min(self.cfg.sink_windows, nc)
+        return (nc - s) * digest_window_bytes(self.cfg.head_dim)
+
+    def n_hold(self, nc: int) -> int:
+        """Windows held at full precision per (layer, head) after the digests of the closed windows."""
+        n = int(np.floor(self.capacity(nc) - _Offloading.extra_device_bytes(self, nc) / self.F + 1e-9))
+        if n < 0:
+            raise ValueError(f"budget {self.frac:.0%} cannot hold the sink and open windows and the digests")
+        return n
+
+
+class Quest(_Offloading):
+    """Quest-style query-aware page selection with the cache offloaded: every closed non-sink window
+    lives off the device; at every decoding step, for every layer and KV head, the ``k`` windows
+    whose digest bound (largest possible logit of the current query) is highest are loaded and read
+    exactly, ``k`` as many as the budget holds after the sinks, the open window and the digests.
+    The window unit of this book replaces Quest's 16-token pages."""
+    name = "quest"
+    uses_digest = False
+
+    def extra_device_bytes(self, nc):
+        return super().extra_device_bytes(nc) + max(self.step_pages or 0, 0) * self.F
+
+    def target(self, tier, nc):
+        new, s, cand = self._split(tier, nc)
+        if self.fits_all(nc):  # everything on the device, as Quest on a short context
+            self.step_pages = 0
+            if np.any(cand == OFFLOADED):
+                raise AssertionError("the budget grows with the context: offloaded windows stay offloaded")
+            return new
+        self.step_pages = self.n_hold(nc)
+        new[..., s:nc] = np.where(cand == EVICTED, EVICTED, OFFLOADED)
+        return new
+
+
+class _RecallByPriority(_Offloading):
+    """Hold the ``n`` highest-priority windows on the device at full precision and keep the rest
+    off the device; a window that ranks back into the top ``n`` is recalled (ArkVale-style)."""
+
+    def priority(self, nc: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def target(self, tier, nc):
+        new, s, cand = self._split(tier, nc)
+        if cand.shape[-1] == 0:
+            return new
+        n = self.n_hold(nc)
+        pr = np.where(cand == EVICTED, -np.inf, self.priority(nc).astype(np.float64))
+        keep = _top_mask(pr, n) & (cand != EVICTED)
+        new[..., s:nc] = np.where(keep, FULL, np.where(cand == EVICTED, EVICTED, OFFLOADED))
+        return new
+
+
+class H2ORecall(_RecallByPriority):
+    """H2O whose evicted windows go off the device instead of being dropped.  The accumulated score
+    starts from the prefill's column sums (as H2O) and then adds, every step, each window's attention
+    share estimated from its key digest (held or not, so offloaded windows can climb back, as in
+    ArkVale); half of the held windows are the most recent."""
+    name = "h2o_recall"
+
+    def init(self, stats):
+        self.score = np.zeros(self.shape)
+        self.score[..., : stats["colsum"].shape[-1]] = stats["colsum"]
+
+    def observe_estimate(self, win_est):
+        self.score += win_est
+
+    def priority(self, nc):
+        s = min(self.cfg.sink_windows, nc)
+        pr = self.score[..., s:nc].copy()
+        n_recent = self.n_hold(nc) // 2
+        if n_recent:
+            pr[..., -n_recent:] = np.inf
+        return pr
+
+
+class SnapKVRecall(_RecallByPriority):
+    """SnapKV's one-shot selection after the prefill; afterwards, at each re-decision, windows are
+    ranked by their digest-estimated attention accumulated since the previous re-decision (the
+    recent queries' importance, ArkVale's ranking), so offloaded windows that the recent queries
+    need are recalled."""
+    name = "snapkv_recall"
+
+    def init(self, stats):
+        self.snap = SnapKV(self.frac, self.cfg, *self.shape)
+        self.snap.init(stats)
+        self.recent = np.zeros(self.shape)
+        self.n_obs_steps = 0
+
+    def observe_estimate(self, win_est):
+        self.recent += win_est
+        self.n_obs_steps += 1
+
+    def priority(self, nc):
+        if self.n_obs_steps == 0:
+            return self.snap.priority(nc)
+        s = min(self.cfg.sink_windows, nc)
+        pr = self.recent[..., s:nc].copy()
+        self.recent[:] = 0
+        self.n_obs_steps = 0
+        return pr
+
+
 REGISTRY = {c.name: c for c in (FullCache, StreamingLLM, H2O, TOVA, SnapKV, KIVI2, KIVI4, MiKV, QEvictDequant,
-                                 QEvictRecall)}
+                                 QEvictRecall, Quest, H2ORecall, SnapKVRecall)}
 assert tuple(REGISTRY) == POLICIES
 
 

@@ -15,7 +15,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .kvcache import EVICTED, FULL, MultiStreamCache
+from .kvcache import EVICTED, FULL, OFFLOADED, QUANT, MultiStreamCache
 from .policies import PolicyConfig, make_policy
 
 
@@ -103,15 +103,26 @@ def stream_list(policies, budgets, include_full: bool = True):
 
 def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policies, budgets,
                  pcfg: PolicyConfig, *, verbose: bool = False, record_tiers: bool = False,
-                 include_full: bool = True) -> dict:
-    """Run all streams on ``tokens`` (at least prefill + decode + 1 tokens).  Returns arrays:
+                 include_full: bool = True, overrides: dict | None = None, extra_streams=()) -> dict:
+    """Run all streams on ``tokens`` (at least prefill + decode + 1 tokens).
+
+    ``overrides``: {(policy, frac): PolicyConfig} replacing ``pcfg`` for those streams (settings
+    tuned per budget); ``extra_streams``: further (policy, frac, PolicyConfig) streams appended after
+    the others (a settings search runs its candidates in one lockstep batch).  Returns arrays:
 
     * ``kl``, ``nll``, ``top1``, ``correct``: (D, B) per decoding step and stream,
     * ``fmm``, ``fmm_evicted``: (D, B, L) full-cache attention mass (mean over KV heads) on windows
       the stream does not hold at full precision / does not hold at all,
     * ``attn_full``: (D, L, Hkv, NW) full-cache attention per window (mean over query heads),
+    * ``fmm_quantized``, ``fmm_offloaded``: (D, B, L) the parts of ``fmm`` on quantized windows and
+      on offloaded windows not loaded at that step; ``fmm_evicted`` counts every window the stream
+      cannot read at that step (evicted, or offloaded and not loaded),
     * ``hot_bytes``, ``budget_bytes``: (R, B) at each re-decision; ``tier_bytes``: per stream dict
-      at the end; ``recall_bytes``, ``offload_bytes``, ``promotions``, ``fits``: per stream.
+      at the end; ``recall_bytes``, ``offload_bytes``, ``promotions``, ``fits``: per stream,
+    * ``device_bytes``, ``offdevice_bytes``, ``step_recall_bytes``, ``step_recall_transfers``: (D, B)
+      per decoding step: bytes on the device (tiers, open window, loaded pages, digests), exact copies
+      kept off the device, and the bytes and window-head transfers recalled to the device during the
+      step (Quest's page loads, and the recalls of the re-decision that follows the step).
     """
     cfg = model.cfg
     tokens = np.asarray(tokens, dtype=np.int64)
@@ -123,6 +134,11 @@ def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policie
     if P + D > cfg.context_length:
         raise ValueError(f"prefill + decode = {P + D} exceeds the model context {cfg.context_length}")
     streams = stream_list(policies, budgets, include_full)
+    overrides = overrides or {}
+    cfgs = [overrides.get((p, f), pcfg) for p, f in streams]
+    for p, f, c in extra_streams:
+        streams.append((p, float(f)))
+        cfgs.append(c)
     if not streams:
         raise ValueError("no streams to run")
     B, L, Hkv = len(streams), cfg.n_layers, cfg.n_kv_heads
@@ -134,8 +150,9 @@ def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policie
     cache = MultiStreamCache(cfg, B, pre["k"], pre["v"], P + D, W,
                              bits=[0] * B, group=pcfg.group)
     NW = cache.NW
-    pols = [make_policy(p, f, pcfg, L, Hkv, NW) for p, f in streams]
+    pols = [make_policy(p, f, c, L, Hkv, NW) for (p, f), c in zip(streams, cfgs)]
     cache.set_bits([p.bits for p in pols])
+    cache.digest_rows[:] = [p.uses_digest for p in pols]
     for p in pols:
         p.init(stats)
 
@@ -146,7 +163,9 @@ def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policie
         for b, p in enumerate(pols):
             new = p.target(cache.tier[b], nc)
             cache.set_tiers(b, new, promote=p.promote)
-            hb = cache.hot_bytes(b, nc)
+            if p.step_pages is not None:
+                cache.step_pages[b] = p.step_pages
+            hb = cache.hot_bytes(b, nc) + p.extra_device_bytes(nc)
             h_row.append(int(hb.sum()))
             b_row.append(p.budget_bytes(nc) * L * Hkv)
             if p.name != "full" and hb.max() > p.budget_bytes(nc) + 1e-6:
@@ -161,12 +180,19 @@ def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policie
     correct = np.zeros((D, B), bool)
     fmm = np.zeros((D, B, L), np.float32)
     fmm_ev = np.zeros((D, B, L), np.float32)
+    fmm_q = np.zeros((D, B, L), np.float32)
+    fmm_off = np.zeros((D, B, L), np.float32)
+    dev_b = np.zeros((D, B))
+    off_b = np.zeros((D, B))
+    st_rb = np.zeros((D, B))
+    st_rn = np.zeros((D, B))
     attn_full = np.zeros((D, L, Hkv, NW), np.float32)
     tiers = [] if record_tiers else None
 
     def _decode_loop():
         for s in range(D):
             pos = P + s
+            rb0, rn0 = cache.recall_bytes.copy(), cache.recall_transfers.copy()
             logits = model.decode_step(int(tokens[pos]), pos, cache).astype(np.float64)
             lp = logits - logits.max(-1, keepdims=True)
             lp -= np.log(np.exp(lp).sum(-1, keepdims=True))
@@ -179,16 +205,27 @@ def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policie
             correct[s] = am == tgt
             A = cache.win_attn[:, 0]  # (L, Hkv, NW) full-cache attention
             attn_full[s] = A
-            notfull = cache.tier != FULL  # (B, L, Hkv, NW); windows not yet closed are FULL
-            ev = cache.tier == EVICTED
+            unread_off = (cache.tier == OFFLOADED) & ~cache.loaded  # (B, L, Hkv, NW)
+            notfull = (cache.tier != FULL) & ~cache.loaded  # windows not yet closed are FULL
+            ev = (cache.tier == EVICTED) | unread_off
             fmm[s] = np.einsum("blhw,lhw->bl", notfull, A, optimize=True) / Hkv
             fmm_ev[s] = np.einsum("blhw,lhw->bl", ev, A, optimize=True) / Hkv
+            fmm_q[s] = np.einsum("blhw,lhw->bl", cache.tier == QUANT, A, optimize=True) / Hkv
+            fmm_off[s] = np.einsum("blhw,lhw->bl", unread_off, A, optimize=True) / Hkv
+            nc_now = pos // W  # windows closed before this step's token (the open window holds it)
+            for b in range(B):
+                dev_b[s, b] = cache.device_bytes(b, nc_now)
+                off_b[s, b] = cache.offdevice_bytes(b, nc_now)
             if record_tiers:
                 tiers.append(cache.tier.copy())
             for b, p in enumerate(pols):
                 p.observe(cache.win_attn[:, b])
+                if p.uses_digest:
+                    p.observe_estimate(cache.win_est[:, b])
             if (pos + 1) % W == 0 and s < D - 1:
                 redecide((pos + 1) // W)
+            st_rb[s] = cache.recall_bytes - rb0
+            st_rn[s] = cache.recall_transfers - rn0
             if verbose and (s + 1) % 32 == 0:
                 print(f"  step {s + 1}/{D}: {(time.perf_counter() - t1) / (s + 1) * 1e3:.0f} ms/step", flush=True)
 
@@ -199,6 +236,9 @@ def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policie
 
     out = dict(
         streams=streams, kl=kl, nll=nll, top1=top1, correct=correct, fmm=fmm, fmm_evicted=fmm_ev,
+        fmm_quantized=fmm_q, fmm_offloaded=fmm_off, device_bytes=dev_b, offdevice_bytes=off_b,
+        step_recall_bytes=st_rb, step_recall_transfers=st_rn, recall_transfers=cache.recall_transfers.copy(),
+        full_bytes_step=((P + np.arange(D)) // W + 1) * float(cache.F * L * Hkv),
         attn_full=attn_full, hot_bytes=np.array(hot, float), budget_bytes=np.array(budget, float),
         tier_bytes=[cache.tier_bytes(b, nc_end) for b in range(B)],
         recall_bytes=cache.recall_bytes.copy(), offload_bytes=cache.offload_bytes.copy(),
@@ -212,7 +252,7 @@ def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policie
 
 
 def run_document_cached(model, tokens, prefill_tokens, decode_tokens, policies, budgets, pcfg,
-                        *, verbose=False):
+                        *, verbose=False, overrides: dict | None = None, extra_streams=()):
     """:func:`run_document`, memoised on disk by the tokens, lengths, policies, budgets, policy
     configuration, model file and code (``analysis.cache``)."""
     from analysis.cache import cached
@@ -221,5 +261,10 @@ def run_document_cached(model, tokens, prefill_tokens, decode_tokens, policies, 
     inputs = dict(tokens=hashlib.sha256(tokens.tobytes()).hexdigest(), P=int(prefill_tokens),
                   D=int(decode_tokens), policies=list(policies), budgets=[float(b) for b in budgets],
                   pcfg=dataclasses.asdict(pcfg), model=file_sha256(model.gguf_file) if model.gguf_file else None)
-    return cached("qevict_run", inputs, lambda: run_document(model, tokens, prefill_tokens, decode_tokens,
-                                                             policies, budgets, pcfg, verbose=verbose))
+    if overrides:
+        inputs["overrides"] = sorted([p, float(f), dataclasses.asdict(c)] for (p, f), c in overrides.items())
+    if extra_streams:
+        inputs["extra_streams"] = [[p, float(f), dataclasses.asdict(c)] for p, f, c in extra_streams]
+    return cached("qevict_run", inputs, lambda: run_document(
+        model, tokens, prefill_tokens, decode_tokens, policies, budgets, pcfg, verbose=verbose,
+        overrides=overrides, extra_streams=extra_streams))
