@@ -183,6 +183,28 @@ def resolve(source: str | os.PathLike) -> Path:
     return p
 
 
+def recognise(source: str | os.PathLike) -> tuple[str | None, str]:
+    """Which registered trace ``source`` is: ``(name, how)``. A registered name is itself; a path is
+    recognised by its sha256 (or git blob id) where the registry knows it, else by its file name (the
+    registry's mirror file name, e.g. ``toolagent_trace.jsonl``); ``(None, why)`` when neither matches.
+    Chapters use it to compare with the published figures of *that* trace."""
+    s = str(source)
+    reg = data.registry()
+    if s in reg:
+        return s, "registered name"
+    p = resolve(source)
+    traces = {n: e for n, e in reg.items() if n.startswith("mooncake_")}
+    sha, blob = data.sha256(p), data.git_blob_sha1(p)
+    for n, e in traces.items():
+        if (e.get("sha256") and e["sha256"] == sha) or \
+                (e.get("git_blob_sha1") and e["git_blob_sha1"] == blob):
+            return n, "checksum"
+    for n, e in traces.items():
+        if Path(e["mirror"]).name == p.name:
+            return n, f"file name {p.name} (checksum differs from the published file)"
+    return None, f"{p.name} is not a registered trace (by checksum or file name)"
+
+
 def load_trace(source: str | os.PathLike = "mooncake_conversation", *, block_size: int = BLOCK_TOKENS,
                check_blocks: bool = True) -> Trace:
     """Read and validate a Mooncake-format trace (memoised on path, size and mtime).
