@@ -117,3 +117,18 @@ def rerun_footer(chapter: str, sweep: str | None = None):
         lines.append(f"python -m analysis.rerun --sweep sweeps/{sweep} --jobs 2")
     lines += ["```", "", "**Built with** " + ", ".join(f"{k} {v}" for k, v in versions().items()) + "."]
     return Markdown("\n".join(lines))
+
+
+def run_time_text(chapter: str) -> str:
+    """Measured run time of a chapter from ``data/chapter_resources.csv`` (cold and warm cache), with
+    the machine's load, for the chapter's opening box; says so when it has not been measured."""
+    from . import data
+
+    df = data.table("chapter_resources.csv")
+    rows = df[(df["chapter"] == chapter) & (df["status"] == "ok")]
+    if rows.empty:
+        return "not measured yet (benchmarks/chapter_resources.py)"
+    parts = [f"{float(r.seconds):.0f} s {r.cache}" for r in rows.itertuples()]
+    r = rows.iloc[0]
+    return (f"{', '.join(parts)} with default parameters (measured {r['date']} on {int(r['n_cpus'])} cores, "
+            f"load {float(r['load_avg_1min']):.1f})")
