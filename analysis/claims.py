@@ -301,23 +301,31 @@ def evaluate(claim_id: str, computed, setting: Mapping | None = None,
     if v == NOT_TESTABLE or c["comparison"] == "not_testable":
         return out
     if not sens:
-        out.robustness = "robust: no assumption moves it"
+        out.robustness = "no assumption declared"
         return out
     if recompute is None:
         out.robustness = "robustness not assessed"
         return out
+    unassessed = []
     for s in sens:
         for end in ("low", "high"):
             val = s[end]
             v2, _, _ = _verdict(c, recompute(s["name"], val), setting)
-            if v2 != v:
+            if v2 == NOT_TESTABLE:  # the value could not be recomputed there: say so, do not call it a flip
+                unassessed.append(f"{s['name']} = {_fmt_value(val)}")
+            elif v2 != v:
                 out.flips.append((s["name"], val, v2))
-    names = ", ".join(s["name"] for s in sens)
+    names = ", ".join(dict.fromkeys(s["name"] for s in sens))
+    if len(unassessed) == 2 * len(sens):
+        out.robustness = f"robustness not assessed: no value at {', '.join(unassessed)}"
+        return out
     if not out.flips:
         out.robustness = f"robust to {names}"
     else:
         out.robustness = "fragile: " + "; ".join(f"{v2} when {n} = {_fmt_value(val)}"
                                                  for n, val, v2 in out.flips)
+    if unassessed:
+        out.robustness += f"; not assessed at {', '.join(unassessed)}"
     return out
 
 

@@ -149,7 +149,8 @@ def _build(objs, where: str, block_size: int, check_blocks: bool, linenos=None) 
 
 
 @functools.lru_cache(maxsize=8)
-def _load_cached(path: str, size: int, mtime_ns: int, block_size: int, check_blocks: bool, name: str) -> Trace:
+def _load_cached(path: str, size: int, mtime_ns: int, block_size: int, check_blocks: bool,
+                 name: str) -> Trace:
     objs, linenos = [], []
     with open(path, encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
@@ -177,9 +178,10 @@ def resolve(source: str | os.PathLike) -> Path:
     if not p.is_file():
         entry = data.registry().get("mooncake_conversation", {})
         raise TraceError(
-            f"trace file {s!r} not found. Give a registered trace name ({', '.join(sorted(data.registry()))}) "
-            f"or the path of a Mooncake-format JSONL file. The public conversation trace is "
-            f"'mooncake_conversation' (resolved through data/registry.yaml; download: {entry.get('url', '?')}).")
+            f"trace file {s!r} not found. Give a registered trace name "
+            f"({', '.join(sorted(data.registry()))}) or the path of a Mooncake-format JSONL file. The public "
+            f"conversation trace is 'mooncake_conversation' (resolved through data/registry.yaml; download: "
+            f"{entry.get('url', '?')}).")
     return p
 
 

@@ -198,3 +198,13 @@ def test_budget_rule_counts_budgets_not_pairs(table, tmp_path):
     only_none = {(b, f): none for b in ("h2o",) for f in (0.1, 0.2)}
     assert claims.budget_rule(claims.holm_compare(only_none), "q", path=p).verdict == claims.NOT_REPRODUCED
     assert claims.budget_rule(pd.DataFrame(), "q", path=p).verdict == claims.NOT_TESTABLE
+
+
+def test_an_end_that_cannot_be_recomputed_is_not_a_flip(table):
+    v = ev("two", 100, table, recompute=lambda name, val: float("nan") if val == 0.5 else 100.0)
+    assert v.flips == [] and v.robustness == "robust to eff; not assessed at eff = 0.5"
+
+
+def test_no_end_recomputable_says_not_assessed(table):
+    v = ev("two", 100, table, recompute=lambda name, val: None)
+    assert v.robustness.startswith("robustness not assessed") and v.verdict == claims.REPRODUCED
