@@ -21,6 +21,12 @@ from tests import browser_helpers as bh
 PAGES = bh.toc_docnames()
 TABLE_CHAPTERS = [d for d in bh.chapter_docnames() if re.match(r"book/0[12]_", d)]
 MIN_SCALE = 0.7
+# Pages whose figures were measured too wide when this test was written (1280 px window, 672 px column,
+# 2026-12-01): each is owned by its chapter's issue (3: issue 12; 4: issues 13/14; 5: issue 16). They
+# are reported as expected failures, with the figures named, until those chapters narrow them; every
+# other page fails outright.
+KNOWN_TOO_WIDE = {"book/03_disagg": "issue 12", "book/04_qevict": "issues 13/14",
+                  "book/05_where_kv_lives": "issue 16"}
 
 LAYOUT_JS = r"""
 const done = arguments[arguments.length - 1];
@@ -38,7 +44,7 @@ const settle = () => {
     head: [...t.querySelectorAll('thead th')].map(th => th.innerText.trim()),
     rows: [...t.querySelectorAll('tbody tr')].slice(0, 50).map(
       tr => [...tr.querySelectorAll('td')].map(td => td.innerText.trim()))}));
-  done({outs, imgs, tables, text: art.innerText.slice(0, 4000),
+  done({outs, imgs, tables, text: art.innerText.slice(0, 20000),
         firstFigure: (art.querySelector('figure') || {}).id || ''});
 };
 if (document.readyState === 'complete') setTimeout(settle, 300);
@@ -96,6 +102,8 @@ def test_figures_are_not_shrunk_below_legibility(browser, base_url, docname):
     small = [f"{im['fig'] or im['src'][-40:]}: shown at {im['shown']:.0f} of {im['natural']} px "
              f"({im['shown'] / im['natural']:.0%})"
              for im in r["imgs"] if im["natural"] > 0 and im["shown"] < MIN_SCALE * im["natural"]]
+    if small and docname in KNOWN_TOO_WIDE:
+        pytest.xfail(f"known too-wide figures ({KNOWN_TOO_WIDE[docname]}): " + "; ".join(small))
     assert not small, f"{docname}: figures shrunk below {MIN_SCALE:.0%} of their pixel width at 1280 px " \
                       f"(make them narrower or split them):\n  " + "\n  ".join(small)
 

@@ -91,3 +91,40 @@ def test_a_file_known_only_by_its_git_blob_id_is_verified(tmp_path, monkeypatch)
     _write(tmp_path / "mooncake" / "toolagent_trace.jsonl", _trace(1))
     with pytest.raises(data.DataError, match="git blob sha1"):
         data.path("mooncake_toolagent", download=False)
+
+
+@pytest.mark.notebook
+def test_chapter2_rerun_on_another_trace_uses_its_figure(tmp_path):
+    """Chapter 2 run through papermill on a small trace named as the tool&agent trace compares its cache
+    ratio with the tool&agent figure (59%), not the conversation trace's 40%."""
+    from analysis import rerun
+
+    reqs, nxt = [], 10_000
+    for i in range(120):  # 3 of 4 blocks shared by every request after the first
+        ids = [1, 2, 3, nxt]
+        nxt += 1
+        reqs.append({"timestamp": i * 500, "input_length": 4 * 512, "output_length": 20, "hash_ids": ids})
+    p = _write(tmp_path / "toolagent_trace.jsonl", reqs)
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(yaml_dump({
+        "chapter": "book/02_ssd_offload.md", "description": "chapter 2 on a small tool&agent-named trace",
+        "fixed": {"trace": str(p), "models_grid": ["Llama-3.1-70B"], "gpus_grid": ["H800-SXM5-80GB"],
+                  "configs": ["hbm", "dram", "nvme"], "policies": ["lfu"], "policy_capacities_mtok": [0.5],
+                  "breakeven_prices_usd_per_tb": [50.0, 600.0], "breakeven_bw_gb_s": [2.0, 14.0],
+                  "max_instances": 4}}))
+    df = rerun.run_sweep(sweep, jobs=1, out_root=tmp_path / "runs", progress=False)
+    assert (df.status == "ok").all(), df[["run_id", "error"]].to_string()
+    row = df.iloc[0]
+    assert row["glue.ch2_setting_trace"].startswith("mooncake_toolagent")
+    assert float(row["glue.ch2_cache_ratio_pub"]) == pytest.approx(0.59)
+    assert "of 59.0%" in row["glue.ch2_verdict_cache_ratio_rule"]
+    ratio = float(row["glue.ch2_cache_ratio_tok"])
+    assert ratio == pytest.approx(0.75 * 119 / 120)
+    want = claims.evaluate("ch2_table2_cache_ratio", ratio, setting={"trace": "mooncake_toolagent"}).verdict
+    assert row["glue.ch2_verdict_cache_ratio"].startswith(want)
+
+
+def yaml_dump(obj) -> str:
+    import yaml
+
+    return yaml.safe_dump(obj)
