@@ -63,6 +63,9 @@ def _registry() -> dict:
         missing = {"mirror", "sha256", "url", "licence", "source"} - set(entry)
         if missing:
             raise DataError(f"registry entry {name!r} lacks {sorted(missing)} in {REGISTRY_FILE}")
+        if not entry["sha256"] and not entry.get("git_blob_sha1"):
+            raise DataError(f"registry entry {name!r} needs a checksum: sha256, or git_blob_sha1 where only "
+                            f"the git blob id of the file is known ({REGISTRY_FILE})")
     return files
 
 
@@ -79,6 +82,35 @@ def sha256(path: str | os.PathLike) -> str:
     """sha256 of a file (memoised on path, size and mtime, so it is re-hashed when it changes)."""
     st = os.stat(path)
     return _sha256_cached(str(path), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _git_blob_cached(path: str, size: int, mtime_ns: int) -> str:
+    h = hashlib.sha1(f"blob {size}\0".encode())
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def git_blob_sha1(path: str | os.PathLike) -> str:
+    """Git's blob id of a file (sha1 of ``"blob <size>\\0"`` + content): pins a file of a repository
+    snapshot whose listing gives the blob id but not the content."""
+    st = os.stat(path)
+    return _git_blob_cached(str(path), st.st_size, st.st_mtime_ns)
+
+
+def checksum(entry: dict, path: str | os.PathLike) -> tuple[str, str, str]:
+    """(kind, got, want) of the checksum a registry entry declares: sha256, else the git blob id."""
+    if entry.get("sha256"):
+        return "sha256", sha256(path), entry["sha256"]
+    return "git blob sha1", git_blob_sha1(path), entry["git_blob_sha1"]
+
+
+def checksum_text(entry: dict) -> str:
+    if entry.get("sha256"):
+        return f"sha256 must be {entry['sha256']}"
+    return f"its git blob sha1 must be {entry['git_blob_sha1']}"
 
 
 def candidates(mirror: str) -> list[Path]:
@@ -101,13 +133,13 @@ def path(name: str, *, download: bool | None = None) -> Path:
     if name not in reg:
         raise DataError(f"unknown data file {name!r}; registered files: {sorted(reg)} (data/registry.yaml)")
     entry = reg[name]
-    mirror, want = entry["mirror"], entry["sha256"]
+    mirror = entry["mirror"]
     for cand in candidates(mirror):
         if cand.is_file():
-            got = sha256(cand)
+            kind, got, want = checksum(entry, cand)
             if got != want:
                 raise DataError(
-                    f"{cand} is corrupt or a different version: sha256 {got}, registry says {want}. "
+                    f"{cand} is corrupt or a different version: {kind} {got}, registry says {want}. "
                     f"Delete it and fetch the original from {entry['url']}"
                 )
             return cand
@@ -119,9 +151,13 @@ def path(name: str, *, download: bool | None = None) -> Path:
 
             EXTERNAL_DIR.joinpath(mirror).parent.mkdir(parents=True, exist_ok=True)
             fetched = pooch.retrieve(
-                entry["url"], known_hash=f"sha256:{want}", fname=Path(mirror).name,
-                path=EXTERNAL_DIR / Path(mirror).parent, progressbar=False,
+                entry["url"], known_hash=f"sha256:{entry['sha256']}" if entry["sha256"] else None,
+                fname=Path(mirror).name, path=EXTERNAL_DIR / Path(mirror).parent, progressbar=False,
             )
+            kind, got, want = checksum(entry, fetched)
+            if got != want:
+                os.remove(fetched)
+                raise DataError(f"downloaded file has {kind} {got}, registry says {want}")
             return Path(fetched)
         except Exception as exc:  # network down, wrong hash: both end in the same advice
             reason = f" (download failed: {exc})"
@@ -131,7 +167,7 @@ def path(name: str, *, download: bool | None = None) -> Path:
     raise DataError(
         f"data file {name!r} not found{reason}. Looked in: {searched}. Obtain it from {entry['url']} "
         f"(licence {entry['licence']}), save it as data/external/{mirror} or point KVBOOK_DATA at a "
-        f"folder holding {mirror}; sha256 must be {want}."
+        f"folder holding {mirror}; {checksum_text(entry)}."
     )
 
 

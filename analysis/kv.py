@@ -197,6 +197,32 @@ def attention_core_flops(model, n_new, prefix=0):
     return full + sliding + linear
 
 
+def block_sparse_attention_core_flops(model, n_new, attended_tokens, block_size):
+    """Attention-core FLOPs of causal block-sparse attention (MoBA) when prefilling ``n_new`` tokens:
+    each query attends to at most ``attended_tokens`` keys (its top-k blocks of ``block_size``, the
+    current block included; counted as a window of that many keys, which is exact once the query is
+    past k blocks) and its gate scores the mean key of every completed block before it (one dot
+    product per query head and block). Sliding and linear layers are charged as in
+    :func:`attention_core_flops`."""
+    m = _m(model)
+    n = np.asarray(n_new, dtype=float)
+    per = attention_core_flops_per_layer_token(m)
+    w = np.minimum(np.asarray(attended_tokens, dtype=float), n)
+    pairs = np.where(w >= n, attended_pairs(n, 0), _window_pairs(n, w))
+    b = float(block_size)
+    q = np.floor(n / b)  # sum_{t=1..n} floor(t / b): completed blocks before each query
+    gate_pairs = b * q * (q - 1) / 2.0 + q * (n - q * b + 1)
+    gate = 2.0 * m.n_heads * m.head_dim * gate_pairs
+    sliding = m.n_sliding_layers * per * attended_pairs(n, 0, m.sliding_window) if m.n_sliding_layers else 0.0
+    linear = m.n_linear_layers * 4.0 * m.linear_heads * m.linear_dk * m.linear_dv * n
+    return m.n_full_layers * (per * pairs + gate) + sliding + linear
+
+
+def _window_pairs(n, w):
+    """(query, key) pairs of causal attention over ``n`` tokens with a window of ``w`` keys (arrays)."""
+    return np.where(n <= w, n * (n + 1) / 2.0, w * (w + 1) / 2.0 + (n - w) * w)
+
+
 def prefill_flops(model, n_new, prefix=0):
     """Total FLOPs to prefill ``n_new`` tokens after ``prefix`` cached tokens."""
     return (matmul_flops_per_token(model) * np.asarray(n_new, dtype=float)

@@ -49,8 +49,17 @@ def format_value(value, fmt: str | None = None) -> str:
     return fmt.format(value)
 
 
+class GluedText(str):
+    """The text :func:`glue` returns: a ``str`` that IPython does not echo as a cell's output, so a
+    cell ending in ``glue(...)`` shows no bare ``'100%'`` under it."""
+
+    def _ipython_display_(self):
+        pass
+
+
 def glue(name: str, value, fmt: str | None = None) -> str:
-    """Glue ``value`` under ``name`` (not displayed in the cell); returns the displayed text."""
+    """Glue ``value`` under ``name`` (not displayed in the cell); returns the displayed text (a
+    :class:`GluedText`, which a cell does not echo)."""
     from IPython.display import display
 
     text = format_value(value, fmt)
@@ -59,7 +68,7 @@ def glue(name: str, value, fmt: str | None = None) -> str:
     display({GLUE_PREFIX + "text/plain": repr(text)}, raw=True,
             metadata={"scrapbook": {"name": name, "mime_prefix": GLUE_PREFIX},
                       "kvbook": {"name": name, "value": _jsonable(value), "text": text}})
-    return text
+    return GluedText(text)
 
 
 def glued_values(nb) -> dict:

@@ -149,7 +149,8 @@ def _build(objs, where: str, block_size: int, check_blocks: bool, linenos=None) 
 
 
 @functools.lru_cache(maxsize=8)
-def _load_cached(path: str, size: int, mtime_ns: int, block_size: int, check_blocks: bool, name: str) -> Trace:
+def _load_cached(path: str, size: int, mtime_ns: int, block_size: int, check_blocks: bool,
+                 name: str) -> Trace:
     objs, linenos = [], []
     with open(path, encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
@@ -177,10 +178,33 @@ def resolve(source: str | os.PathLike) -> Path:
     if not p.is_file():
         entry = data.registry().get("mooncake_conversation", {})
         raise TraceError(
-            f"trace file {s!r} not found. Give a registered trace name ({', '.join(sorted(data.registry()))}) "
-            f"or the path of a Mooncake-format JSONL file. The public conversation trace is "
-            f"'mooncake_conversation' (resolved through data/registry.yaml; download: {entry.get('url', '?')}).")
+            f"trace file {s!r} not found. Give a registered trace name "
+            f"({', '.join(sorted(data.registry()))}) or the path of a Mooncake-format JSONL file. The public "
+            f"conversation trace is 'mooncake_conversation' (resolved through data/registry.yaml; download: "
+            f"{entry.get('url', '?')}).")
     return p
+
+
+def recognise(source: str | os.PathLike) -> tuple[str | None, str]:
+    """Which registered trace ``source`` is: ``(name, how)``. A registered name is itself; a path is
+    recognised by its sha256 (or git blob id) where the registry knows it, else by its file name (the
+    registry's mirror file name, e.g. ``toolagent_trace.jsonl``); ``(None, why)`` when neither matches.
+    Chapters use it to compare with the published figures of *that* trace."""
+    s = str(source)
+    reg = data.registry()
+    if s in reg:
+        return s, "registered name"
+    p = resolve(source)
+    traces = {n: e for n, e in reg.items() if n.startswith("mooncake_")}
+    sha, blob = data.sha256(p), data.git_blob_sha1(p)
+    for n, e in traces.items():
+        if (e.get("sha256") and e["sha256"] == sha) or \
+                (e.get("git_blob_sha1") and e["git_blob_sha1"] == blob):
+            return n, "checksum"
+    for n, e in traces.items():
+        if Path(e["mirror"]).name == p.name:
+            return n, f"file name {p.name} (checksum differs from the published file)"
+    return None, f"{p.name} is not a registered trace (by checksum or file name)"
 
 
 def load_trace(source: str | os.PathLike = "mooncake_conversation", *, block_size: int = BLOCK_TOKENS,

@@ -1,0 +1,450 @@
+"""Verdicts from declared rules: every claims-ledger verdict is computed here, from the chapter's value
+and the rule declared for the claim in ``data/claims.yaml`` before the value was computed.
+
+A rule names the quantity the book computes, the setting it applies to, the reference it is compared
+with (a row of ``data/published.csv``, one per setting where the figure depends on the trace, model or
+GPU; or a threshold declared in the table with its reason), the comparison and its tolerance:
+
+``two_sided``
+    *reproduced* if ``|computed - ref| <= tolerance * |ref|`` (or ``abs_tolerance`` where declared),
+    *partly reproduced* within ``partial_tolerance``, else *not reproduced*;
+``at_least`` / ``at_most``
+    one-sided, for "at least X" / "up to X" claims: ``computed >= ref - tolerance * |ref|`` (resp.
+    ``<=  ref + tolerance * |ref|``), partly within ``partial_tolerance``;
+``ordering``
+    for "most consistent" / "gains most": the computed value is a mapping item -> score and the claimed
+    ``item`` must rank first (``better``: higher or lower), partly if it ranks within ``partial_rank``;
+``not_testable``
+    the claim cannot be tested from public data; ``missing`` says exactly what is missing.
+
+Rules never divide by the reference, so a published 0 is handled, and a NaN, None or missing computed
+value gives *not testable* (never *not reproduced*). A claim with ``components`` (several quantities
+that must all hold) gets the worst of its components' verdicts; a component may declare its own
+``comparison`` (a range is an ``at_least`` and an ``at_most`` component on the same value).
+
+Robustness: each rule declares the assumptions that move its verdict most (``sensitivity``: name, low
+and high end, and why). :func:`evaluate` recomputes the value at each end through a callable the
+chapter passes (``recompute(name, value) -> computed``) and labels the verdict *robust* (the same at
+every end) or *fragile* (naming the assumption and the value that flips it).
+
+:func:`holm` and :func:`budget_rule` implement the multiple-comparison rule declared for chapter 4's
+three-tier claim.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import yaml
+
+from . import data
+
+CLAIMS_FILE = data.DATA_DIR / "claims.yaml"
+
+REPRODUCED, PARTLY, NOT_REPRODUCED, NOT_TESTABLE = ("reproduced", "partly reproduced", "not reproduced",
+                                                    "not testable")
+VERDICTS = (REPRODUCED, PARTLY, NOT_REPRODUCED, NOT_TESTABLE)
+KINDS = ("two_sided", "at_least", "at_most", "ordering", "not_testable")
+_RANK = {REPRODUCED: 2, PARTLY: 1, NOT_REPRODUCED: 0}
+
+
+class ClaimError(ValueError):
+    """A claim is not declared, or its declaration is incomplete; the message says what to add."""
+
+
+@functools.lru_cache(maxsize=None)
+def _load(path: str) -> dict:
+    with open(path, encoding="utf-8") as fh:
+        doc = yaml.safe_load(fh) or {}
+    claims = doc.get("claims") or {}
+    for cid, c in claims.items():
+        check_rule(cid, c)
+    return claims
+
+
+def table(path=None) -> dict:
+    """All declared claims (id -> rule), validated."""
+    if path is None:
+        data._trace_read("data/claims.yaml")  # recorded like every data read (tests compare with deps)
+    return _load(str(path or CLAIMS_FILE))
+
+
+def rule(claim_id: str, path=None) -> dict:
+    t = table(path)
+    if claim_id not in t:
+        raise ClaimError(f"claim {claim_id!r} is not declared in {path or CLAIMS_FILE}; declare its rule "
+                         f"(quantity, reference, comparison, tolerance and why) there before computing it")
+    return t[claim_id]
+
+
+def check_rule(cid: str, c: dict) -> None:
+    """Raise :class:`ClaimError` when a declaration lacks what its comparison needs."""
+    where = f"claim {cid!r} in data/claims.yaml"
+    for key in ("claim", "source", "quantity", "comparison"):
+        if key not in c:
+            raise ClaimError(f"{where} lacks {key!r}")
+    kind = c["comparison"]
+    if kind not in KINDS:
+        raise ClaimError(f"{where}: comparison {kind!r} is not one of {KINDS}")
+    if kind == "not_testable":
+        if not c.get("missing"):
+            raise ClaimError(f"{where}: a not-testable claim must say exactly what data is missing "
+                             f"('missing')")
+        return
+    if "why" not in c:
+        raise ClaimError(f"{where} lacks 'why' (the reason for its tolerance or threshold)")
+    comps = c.get("components") or [c]
+    for comp in comps:
+        if comp.get("comparison", kind) not in ("two_sided", "at_least", "at_most") and comp is not c:
+            raise ClaimError(f"{where}: a component's comparison must be two_sided, at_least or at_most")
+        if kind == "ordering":
+            if "item" not in comp or comp.get("better") not in ("higher", "lower"):
+                raise ClaimError(f"{where}: an ordering needs 'item' and 'better' (higher or lower)")
+            continue
+        ref = comp.get("reference")
+        if not isinstance(ref, dict) or not ({"published", "value", "by"} & set(ref)):
+            raise ClaimError(f"{where}: 'reference' must give 'published' (a key of data/published.csv), "
+                             f"'value' (a declared threshold) or 'by' with 'keys' (one published key per "
+                             f"setting)")
+        if "tolerance" not in comp and "tolerance" not in c:
+            raise ClaimError(f"{where} lacks 'tolerance'")
+    for s in c.get("sensitivity") or []:
+        if not {"name", "low", "high", "why"} <= set(s):
+            raise ClaimError(f"{where}: each sensitivity entry needs name, low, high and why")
+
+
+def _missing(x) -> bool:
+    if x is None:
+        return True
+    try:
+        return not math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return True
+
+
+def reference(comp: dict, setting: Mapping | None = None) -> tuple[float | None, str]:
+    """The reference value of a rule (or component) in a setting, and where it comes from."""
+    ref = comp["reference"]
+    scale = float(ref.get("scale", 1.0))
+    if "value" in ref:
+        return float(ref["value"]) * scale, "declared threshold"
+    key = ref.get("published")
+    if "by" in ref:
+        val = (setting or {}).get(ref["by"])
+        key = (ref.get("keys") or {}).get(val)
+        if key is None:
+            return None, f"no published figure for {ref['by']} {val!r}"
+    row = data.published(key)
+    return float(row["value"]) * scale, key
+
+
+def _fmt(x, unit_fmt: str | None) -> str:
+    if _missing(x):
+        return "n/a"
+    return (unit_fmt or "{:.3g}").format(float(x))
+
+
+def rule_text(claim_id_or_rule, setting: Mapping | None = None) -> str:
+    """The declared rule in words, shown next to every verdict."""
+    c = rule(claim_id_or_rule) if isinstance(claim_id_or_rule, str) else claim_id_or_rule
+    kind = c["comparison"]
+    if kind == "not_testable":
+        return f"not testable: {c['missing']}"
+    if kind == "ordering":
+        comp = c
+        part = f", partly if within the first {comp['partial_rank']}" if comp.get("partial_rank") else ""
+        return (f"ordering: reproduced if {comp['item']} ranks first ({comp['better']} is better) on "
+                f"{c['quantity']}{part}")
+    parts = []
+    for comp in c.get("components") or [c]:
+        tol = comp.get("tolerance", c.get("tolerance"))
+        ptol = comp.get("partial_tolerance", c.get("partial_tolerance"))
+        atol = comp.get("abs_tolerance", c.get("abs_tolerance"))
+        ref, src = reference(comp, setting)
+        fmt = comp.get("format", c.get("format"))
+        name = comp.get("name", "")
+        r = _fmt(ref, fmt) if ref is not None else f"none ({src})"
+        head = f"{name}: " if name else ""
+        pv = comp["reference"].get("partial_value")
+        ckind = comp.get("comparison", kind)
+        if ckind == "two_sided":
+            band = f"{tol:.0%}" + (f" (or ±{_fmt(atol, fmt)})" if atol else "")
+            pband = f"; partly within ±{ptol:.0%}" if ptol else ""
+            parts.append(f"{head}within ±{band} of {r}{pband}")
+            continue
+        sign = -1 if ckind == "at_least" else 1
+        word = "at least" if ckind == "at_least" else "at most"
+        lead = f"{word} {1 + sign * tol:.0%} of {r}" if tol else f"{word} {r}"
+        pband = f"; partly if {word} {1 + sign * ptol:.0%} of it" if ptol else ""
+        if pv is not None:
+            pband += f"; partly if {word} {_fmt(pv, fmt)}"
+        parts.append(f"{head}{lead}{pband}")
+    kinds = {comp.get("comparison", kind) for comp in c.get("components") or [c]}
+    names = {"two_sided": "two-sided", "at_least": "one-sided (at least)", "at_most": "one-sided (at most)"}
+    what = "range" if kinds == {"at_least", "at_most"} else names[kind]
+    return f"{what}: reproduced if " + "; ".join(parts)
+
+
+def _compare(kind, x, ref, tol, ptol, atol, pref=None) -> str:
+    if _missing(x) or ref is None or _missing(ref):
+        return NOT_TESTABLE
+
+    def ok(t):
+        band = max(float(t) * abs(ref), float(atol or 0.0))
+        if kind == "two_sided":
+            return abs(x - ref) <= band
+        if kind == "at_least":
+            return x >= ref - band
+        return x <= ref + band
+    if ok(tol):
+        return REPRODUCED
+    if ptol is not None and ok(ptol):
+        return PARTLY
+    if pref is not None and (x >= pref if kind == "at_least" else x <= pref if kind == "at_most" else False):
+        return PARTLY
+    return NOT_REPRODUCED
+
+
+def _ordering(comp, scores) -> tuple[str, str]:
+    if not isinstance(scores, Mapping):
+        return NOT_TESTABLE, "no scores computed"
+    item = comp["item"]
+    s = {k: float(v) for k, v in scores.items() if not _missing(v)}
+    if item not in s:
+        return NOT_TESTABLE, f"no finite score for {item}"
+    sign = -1.0 if comp["better"] == "higher" else 1.0
+    rank = 1 + sum(1 for k, v in s.items() if k != item and sign * v < sign * s[item])
+    detail = f"{item} ranks {rank} of {len(s)}"
+    if rank == 1:
+        return REPRODUCED, detail
+    if comp.get("partial_rank") and rank <= int(comp["partial_rank"]):
+        return PARTLY, detail
+    return NOT_REPRODUCED, detail
+
+
+def _verdict(c: dict, computed, setting) -> tuple[str, str, list]:
+    """Verdict, detail and the per-component (name, computed, reference, verdict)."""
+    kind = c["comparison"]
+    if kind == "not_testable":
+        return NOT_TESTABLE, c["missing"], []
+    if kind == "ordering":
+        v, d = _ordering(c, computed)
+        return v, d, []
+    comps = c.get("components")
+    if comps:
+        if not isinstance(computed, Mapping):
+            return NOT_TESTABLE, "no values computed", []
+        values = [(comp["name"], computed.get(comp["name"]), comp) for comp in comps]
+    else:
+        values = [("", computed, c)]
+    out, reasons = [], []
+    for name, x, comp in values:
+        ref, src = reference(comp, setting)
+        x = None if _missing(x) else float(x)
+        pv = comp["reference"].get("partial_value")
+        v = _compare(comp.get("comparison", kind), x, ref, comp.get("tolerance", c.get("tolerance")),
+                     comp.get("partial_tolerance", c.get("partial_tolerance")),
+                     comp.get("abs_tolerance", c.get("abs_tolerance")),
+                     None if pv is None else float(pv) * float(comp["reference"].get("scale", 1.0)))
+        if v == NOT_TESTABLE:
+            reasons.append(src if ref is None else f"{name or c['quantity']} not computed")
+        out.append((name, x, ref, v))
+    vs = [o[3] for o in out]
+    if NOT_TESTABLE in vs:
+        return NOT_TESTABLE, "; ".join(reasons), out
+    worst = min(vs, key=_RANK.get)
+    return worst, "", out
+
+
+@dataclass
+class Verdict:
+    claim_id: str
+    verdict: str
+    rule: str
+    computed: object = None
+    reference: float | None = None
+    detail: str = ""
+    robustness: str = ""
+    flips: list = field(default_factory=list)
+    components: list = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        """Verdict with its robustness label, e.g. 'reproduced (robust)'; a not-testable verdict says why."""
+        if self.verdict == NOT_TESTABLE:
+            return f"{NOT_TESTABLE}: {self.detail}" if self.detail else NOT_TESTABLE
+        return f"{self.verdict} ({self.robustness})" if self.robustness else self.verdict
+
+    @property
+    def difference(self) -> float:
+        """computed / reference - 1 (NaN where the reference is 0 or either is missing)."""
+        try:
+            x, r = float(self.computed), float(self.reference)
+        except (TypeError, ValueError):
+            return float("nan")
+        return x / r - 1 if r and math.isfinite(x) and math.isfinite(r) else float("nan")
+
+
+def _fmt_value(v) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
+def evaluate(claim_id: str, computed, setting: Mapping | None = None,
+             recompute: Callable[[str, object], object] | None = None, path=None) -> Verdict:
+    """The verdict of ``claim_id`` for ``computed`` under its declared rule, with robustness.
+
+    ``recompute(name, value)`` returns the computed value with assumption ``name`` at ``value``
+    (the others at their defaults); it is called at the low and high end of each declared assumption."""
+    c = rule(claim_id, path)
+    v, detail, comps = _verdict(c, computed, setting)
+    ref = comps[0][2] if len(comps) == 1 else None
+    out = Verdict(claim_id, v, rule_text(c, setting), computed, ref, detail, components=comps)
+    sens = c.get("sensitivity") or []
+    if v == NOT_TESTABLE or c["comparison"] == "not_testable":
+        return out
+    if not sens:
+        out.robustness = "no assumption declared"
+        return out
+    if recompute is None:
+        out.robustness = "robustness not assessed"
+        return out
+    unassessed = []
+    for s in sens:
+        for end in ("low", "high"):
+            val = s[end]
+            v2, _, _ = _verdict(c, recompute(s["name"], val), setting)
+            if v2 == NOT_TESTABLE:  # the value could not be recomputed there: say so, do not call it a flip
+                unassessed.append(f"{s['name']} = {_fmt_value(val)}")
+            elif v2 != v:
+                out.flips.append((s["name"], val, v2))
+    names = ", ".join(dict.fromkeys(s["name"] for s in sens))
+    if len(unassessed) == 2 * len(sens):
+        out.robustness = f"robustness not assessed: no value at {', '.join(unassessed)}"
+        return out
+    if not out.flips:
+        out.robustness = f"robust to {names}"
+    else:
+        out.robustness = "fragile: " + "; ".join(f"{v2} when {n} = {_fmt_value(val)}"
+                                                 for n, val, v2 in out.flips)
+    if unassessed:
+        out.robustness += f"; not assessed at {', '.join(unassessed)}"
+    return out
+
+
+def glue_verdict(name: str, v: Verdict) -> str:
+    """Glue ``name`` (verdict with robustness label) and ``name_rule`` (the rule in words)."""
+    from .report import glue
+
+    glue(name + "_rule", v.rule)
+    return glue(name, v.label)
+
+
+def counts(verdicts) -> dict:
+    """How many verdicts of each kind (not-testable ones counted together)."""
+    out = {k: 0 for k in VERDICTS}
+    for v in verdicts:
+        out[v.verdict] += 1
+    return out
+
+
+def counts_text(verdicts) -> str:
+    c = counts(verdicts)
+    return ", ".join(f"{n} {k}" for k, n in c.items() if n) or "no verdicts"
+
+
+def frame(verdicts, fmt: Mapping | None = None):
+    """A table for readers: claim, reference, computed, rule, verdict (no index column)."""
+    import pandas as pd
+
+    rows = []
+    for v in verdicts:
+        c = rule(v.claim_id)
+        f = (fmt or {}).get(v.claim_id) or c.get("format") or "{:.3g}"
+        if isinstance(v.computed, Mapping):
+            comp = "; ".join(f"{k}: {_fmt(x, f)}" for k, x in v.computed.items())
+        else:
+            comp = _fmt(v.computed, f) if not isinstance(v.computed, str) else v.computed
+        rows.append({"claim": c["claim"], "this book computes": comp,
+                     "rule (declared in data/claims.yaml)": v.rule, "verdict": v.label})
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Multiple comparisons (chapter 4's declared rule)
+
+def holm(pvalues, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+    """Holm's step-down procedure: (reject mask, Holm-adjusted p-values), in the input order.
+
+    Controls the family-wise error rate at ``alpha`` over all comparisons; NaN p-values are never
+    rejected and do not count towards the family size."""
+    p = np.asarray(pvalues, float)
+    ok = np.isfinite(p)
+    m = int(ok.sum())
+    adj = np.full(p.shape, np.nan)
+    if m == 0:
+        return np.zeros(p.shape, bool), adj
+    idx = np.flatnonzero(ok)[np.argsort(p[ok], kind="stable")]
+    running = 0.0
+    for i, j in enumerate(idx):
+        running = max(running, min(1.0, (m - i) * p[j]))
+        adj[j] = running
+    return np.nan_to_num(adj, nan=2.0) <= alpha, adj
+
+
+def sign_flip_p(diffs, n_perm: int = 20000, seed: int = 0) -> float:
+    """Two-sided p-value of a paired sign-flip (permutation) test that the mean difference is 0.
+
+    Exact (all 2^n sign patterns) for up to 16 differences, else Monte Carlo with ``n_perm`` seeded draws."""
+    d = np.asarray(diffs, float)
+    d = d[np.isfinite(d)]
+    n = d.size
+    if n == 0:
+        return float("nan")
+    obs = abs(d.mean())
+    if n <= 16:
+        signs = 1 - 2 * ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1)
+    else:
+        signs = np.random.default_rng(seed).choice([-1.0, 1.0], size=(n_perm, n))
+    means = np.abs((signs * d).mean(1))
+    return float(np.mean(means >= obs - 1e-12 * max(1.0, obs)))
+
+
+def holm_compare(diffs: Mapping, lower_is_better: bool = True, alpha: float = 0.05, seed: int = 0):
+    """Holm-corrected paired comparisons: ``diffs`` maps (baseline, budget) -> per-document differences
+    (policy - baseline). Returns a DataFrame with the mean difference, p-value, Holm-adjusted p-value
+    and outcome 'better' / 'worse' / 'no clear difference' (significant at family-wise ``alpha``)."""
+    import pandas as pd
+
+    keys = list(diffs)
+    p = np.array([sign_flip_p(diffs[k], seed=seed) for k in keys])
+    rej, adj = holm(p, alpha)
+    rows = []
+    for k, pv, a, r in zip(keys, p, adj, rej):
+        d = np.asarray(diffs[k], float)
+        d = d[np.isfinite(d)]
+        m = float(d.mean()) if d.size else float("nan")
+        good = m < 0 if lower_is_better else m > 0
+        outcome = ("better" if good else "worse") if r else "no clear difference"
+        rows.append({"baseline": k[0], "budget": k[1], "diff": m, "n": int(d.size), "p": pv, "p_holm": a,
+                     "outcome": outcome})
+    return pd.DataFrame(rows)
+
+
+def budget_pass_fraction(outcomes) -> float:
+    """Share of budgets at which the policy is significantly better than at least one baseline and
+    significantly worse than none (outcomes of :func:`holm_compare`); NaN without comparisons."""
+    if outcomes is None or len(outcomes) == 0:
+        return float("nan")
+    per = outcomes.groupby("budget")["outcome"].agg(
+        lambda s: (s == "better").any() and not (s == "worse").any())
+    return float(per.mean())
+
+
+def budget_rule(outcomes, claim_id: str = "ch4_qevict_three_tiers", path=None, **kw) -> Verdict:
+    """Chapter 4's declared rule applied to :func:`holm_compare` outcomes (see data/claims.yaml)."""
+    return evaluate(claim_id, budget_pass_fraction(outcomes), path=path, **kw)

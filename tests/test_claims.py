@@ -1,0 +1,210 @@
+"""Declared verdict rules (analysis/claims.py, data/claims.yaml): every comparison kind can fail."""
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from analysis import claims, data
+
+RULES = {
+    "two": {"claim": "x is 100", "source": "t", "quantity": "x", "comparison": "two_sided",
+            "reference": {"value": 100}, "tolerance": 0.1, "partial_tolerance": 0.3, "why": "t",
+            "sensitivity": [{"name": "eff", "low": 0.5, "high": 1.0, "why": "t"}]},
+    "zero": {"claim": "x is 0", "source": "t", "quantity": "x", "comparison": "two_sided",
+             "reference": {"value": 0}, "tolerance": 0.1, "why": "t"},
+    "zero_abs": {"claim": "x is 0", "source": "t", "quantity": "x", "comparison": "two_sided",
+                 "reference": {"value": 0}, "tolerance": 0.1, "abs_tolerance": 0.5, "why": "t"},
+    "least": {"claim": "up to 75%", "source": "t", "quantity": "x", "comparison": "at_least",
+              "reference": {"value": 0.75}, "tolerance": 0.05, "partial_tolerance": 0.5, "why": "t"},
+    "most": {"claim": "under half", "source": "t", "quantity": "x", "comparison": "at_most",
+             "reference": {"value": 0.5, "partial_value": 0.6}, "tolerance": 0.0, "why": "t"},
+    "order": {"claim": "A most consistent", "source": "t", "quantity": "x", "comparison": "ordering",
+              "item": "A", "better": "higher", "partial_rank": 2, "why": "t"},
+    "both": {"claim": "a and b", "source": "t", "quantity": "x", "comparison": "two_sided", "tolerance": 0.1,
+             "why": "t", "components": [{"name": "a", "reference": {"value": 6}},
+                                        {"name": "b", "reference": {"value": 19}}]},
+    "bytrace": {"claim": "ratio", "source": "t", "quantity": "x", "comparison": "two_sided", "tolerance": 0.1,
+                "why": "t", "reference": {"by": "trace", "keys": {
+                    "mooncake_conversation": "mooncake_table2_conversation_cache_ratio",
+                    "mooncake_synthetic": "mooncake_table2_synthetic_cache_ratio"}}},
+    "nt": {"claim": "K3", "source": "t", "quantity": "x", "comparison": "not_testable",
+           "missing": "Kimi K3's configuration"},
+}
+
+
+@pytest.fixture()
+def table(tmp_path):
+    p = tmp_path / "claims.yaml"
+    p.write_text(yaml.safe_dump({"claims": RULES}))
+    claims._load.cache_clear()
+    return p
+
+
+def ev(cid, x, path, **kw):
+    return claims.evaluate(cid, x, path=path, **kw)
+
+
+def test_two_sided_bands_and_symmetry(table):
+    assert ev("two", 105, table).verdict == claims.REPRODUCED
+    assert ev("two", 95, table).verdict == claims.REPRODUCED
+    assert ev("two", 120, table).verdict == claims.PARTLY
+    assert ev("two", 80, table).verdict == claims.PARTLY
+    assert ev("two", 131, table).verdict == claims.NOT_REPRODUCED   # the rule can fail
+    assert ev("two", 69, table).verdict == claims.NOT_REPRODUCED
+
+
+@pytest.mark.parametrize("bad", [float("nan"), None, np.nan, "n/a", float("inf")])
+def test_missing_values_are_not_testable_never_not_reproduced(table, bad):
+    v = ev("two", bad, table)
+    assert v.verdict == claims.NOT_TESTABLE
+    assert v.label.startswith("not testable")
+
+
+def test_published_zero_does_not_divide(table):
+    assert ev("zero", 0.0, table).verdict == claims.REPRODUCED
+    assert ev("zero", 1e-9, table).verdict == claims.NOT_REPRODUCED  # no absolute tolerance declared
+    assert ev("zero_abs", 0.4, table).verdict == claims.REPRODUCED
+    assert ev("zero_abs", -0.6, table).verdict == claims.NOT_REPRODUCED
+    assert math.isnan(ev("zero", 0.0, table).difference)
+
+
+def test_one_sided(table):
+    assert ev("least", 0.749, table).verdict == claims.REPRODUCED
+    assert ev("least", 0.9, table).verdict == claims.REPRODUCED      # more than 'up to' is not a failure
+    assert ev("least", 0.5, table).verdict == claims.PARTLY
+    assert ev("least", 0.3, table).verdict == claims.NOT_REPRODUCED
+    assert ev("most", 0.45, table).verdict == claims.REPRODUCED
+    assert ev("most", 0.55, table).verdict == claims.PARTLY          # partial threshold
+    assert ev("most", 0.65, table).verdict == claims.NOT_REPRODUCED
+
+
+def test_ordering(table):
+    assert ev("order", {"A": 0.9, "B": 0.5, "C": 0.1}, table).verdict == claims.REPRODUCED
+    assert ev("order", {"A": 0.5, "B": 0.9, "C": 0.1}, table).verdict == claims.PARTLY
+    v = ev("order", {"A": 0.1, "B": 0.9, "C": 0.5}, table)
+    assert v.verdict == claims.NOT_REPRODUCED and "ranks 3" in v.detail
+    assert ev("order", {"A": float("nan"), "B": 1.0}, table).verdict == claims.NOT_TESTABLE
+    assert ev("order", {"A": 0.5, "B": float("nan")}, table).verdict == claims.REPRODUCED
+
+
+def test_components_take_the_worst(table):
+    assert ev("both", {"a": 6.1, "b": 19.5}, table).verdict == claims.REPRODUCED
+    assert ev("both", {"a": 6.1, "b": 40}, table).verdict == claims.NOT_REPRODUCED
+    assert ev("both", {"a": 6.1, "b": float("nan")}, table).verdict == claims.NOT_TESTABLE
+
+
+def test_reference_belongs_to_the_setting(table):
+    v = ev("bytrace", 0.65, table, setting={"trace": "mooncake_synthetic"})
+    assert v.verdict == claims.REPRODUCED and v.reference == pytest.approx(0.66)
+    assert ev("bytrace", 0.65, table, setting={"trace": "mooncake_conversation"}).verdict == \
+        claims.NOT_REPRODUCED
+    v = ev("bytrace", 0.65, table, setting={"trace": "my_trace.jsonl"})
+    assert v.verdict == claims.NOT_TESTABLE and "no published figure" in v.detail
+    assert "none" in v.rule
+
+
+def test_not_testable_says_what_is_missing(table):
+    v = ev("nt", 22600, table)
+    assert v.verdict == claims.NOT_TESTABLE and "configuration" in v.label
+
+
+def test_robust_and_fragile(table):
+    robust = ev("two", 100, table, recompute=lambda name, val: 100 * (0.95 + 0.05 * val))
+    assert robust.robustness.startswith("robust") and robust.label == "reproduced (robust to eff)"
+    fragile = ev("two", 100, table, recompute=lambda name, val: 100 * val)
+    assert fragile.robustness.startswith("fragile") and "eff = 0.5" in fragile.robustness
+    assert fragile.flips == [("eff", 0.5, claims.NOT_REPRODUCED)]
+    assert ev("two", 100, table).robustness == "robustness not assessed"
+
+
+def test_rule_text_names_tolerance_and_reference(table):
+    t = claims.rule_text(RULES["two"])
+    assert "two-sided" in t and "10%" in t and "100" in t and "30%" in t
+    assert "at least" in claims.rule_text(RULES["least"])
+    assert "ranks first" in claims.rule_text(RULES["order"])
+
+
+def test_incomplete_declarations_are_refused(tmp_path):
+    bad = {"x": {"claim": "c", "source": "s", "quantity": "q", "comparison": "two_sided", "tolerance": 0.1,
+                 "reference": {"value": 1}}}  # no 'why'
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump({"claims": bad}))
+    claims._load.cache_clear()
+    with pytest.raises(claims.ClaimError, match="why"):
+        claims.table(p)
+    with pytest.raises(claims.ClaimError, match="not declared"):
+        claims.rule("nope")
+
+
+def test_the_book_table_is_complete():
+    claims._load.cache_clear()
+    t = claims.table()
+    assert len(t) >= 20
+    keys = set(data.table("published.csv")["key"])
+    for cid, c in t.items():
+        for comp in c.get("components") or [c]:
+            ref = comp.get("reference") or {}
+            assert ref.get("published", next(iter(keys))) in keys, cid
+            for k in (ref.get("keys") or {}).values():
+                assert k in keys, (cid, k)
+        assert claims.rule_text(cid)
+    # every Table 2 trace has its published cache ratio
+    assert set(t["ch2_table2_cache_ratio"]["reference"]["keys"]) == {
+        "mooncake_conversation", "mooncake_toolagent", "mooncake_synthetic"}
+
+
+def test_holm_step_down():
+    p = [0.01, 0.04, 0.03, 0.005]
+    rej, adj = claims.holm(p, 0.05)
+    # sorted 0.005, 0.01, 0.03, 0.04 -> x4, x3, x2, x1 = 0.02, 0.03, 0.06, 0.06 (monotone)
+    assert adj == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert rej.tolist() == [True, False, False, True]
+    # Holm is never less strict than uncorrected and never stricter than Bonferroni
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        q = rng.uniform(0, 0.2, 7)
+        r, _ = claims.holm(q, 0.05)
+        assert np.all(r <= (q <= 0.05)) and np.all(r >= (q * 7 <= 0.05))
+    r, a = claims.holm([np.nan, 0.001], 0.05)
+    assert r.tolist() == [False, True] and np.isnan(a[0])
+
+
+def test_sign_flip_p_exact():
+    assert claims.sign_flip_p([1.0, 1.0, 1.0]) == pytest.approx(2 / 8)
+    assert claims.sign_flip_p([1.0, -1.0]) == pytest.approx(1.0)
+    assert math.isnan(claims.sign_flip_p([]))
+
+
+def test_budget_rule_counts_budgets_not_pairs(table, tmp_path):
+    rules = dict(RULES)
+    rules["q"] = {"claim": "beats baselines", "source": "t", "quantity": "share", "comparison": "at_least",
+                  "reference": {"value": 0.75, "partial_value": 0.5}, "tolerance": 0.0, "why": "t"}
+    p = tmp_path / "q.yaml"
+    p.write_text(yaml.safe_dump({"claims": rules}))
+    claims._load.cache_clear()
+    better = list(-1.0 - 0.1 * np.arange(10))  # 10 documents: exact p = 2/1024
+    worse = [-x for x in better]
+    none = [1.0, -1.0] * 5
+    diffs = {(b, f): better for b in ("h2o", "kivi") for f in (0.1, 0.2, 0.35)}
+    diffs.update({("h2o", 0.5): better, ("kivi", 0.5): worse})
+    out = claims.holm_compare(diffs)
+    assert set(out.outcome) == {"better", "worse"}
+    assert claims.budget_pass_fraction(out) == pytest.approx(0.75)
+    assert claims.budget_rule(out, "q", path=p).verdict == claims.REPRODUCED
+    diffs.update({("kivi", 0.35): worse})
+    assert claims.budget_rule(claims.holm_compare(diffs), "q", path=p).verdict == claims.PARTLY
+    only_none = {(b, f): none for b in ("h2o",) for f in (0.1, 0.2)}
+    assert claims.budget_rule(claims.holm_compare(only_none), "q", path=p).verdict == claims.NOT_REPRODUCED
+    assert claims.budget_rule(pd.DataFrame(), "q", path=p).verdict == claims.NOT_TESTABLE
+
+
+def test_an_end_that_cannot_be_recomputed_is_not_a_flip(table):
+    v = ev("two", 100, table, recompute=lambda name, val: float("nan") if val == 0.5 else 100.0)
+    assert v.flips == [] and v.robustness == "robust to eff; not assessed at eff = 0.5"
+
+
+def test_no_end_recomputable_says_not_assessed(table):
+    v = ev("two", 100, table, recompute=lambda name, val: None)
+    assert v.robustness.startswith("robustness not assessed") and v.verdict == claims.REPRODUCED
