@@ -103,7 +103,7 @@ def stream_list(policies, budgets, include_full: bool = True):
 
 def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policies, budgets,
                  pcfg: PolicyConfig, *, verbose: bool = False, record_tiers: bool = False,
-                 include_full: bool = True) -> dict:
+                 include_full: bool = True, engine: str = "blocked") -> dict:
     """Run all streams on ``tokens`` (at least prefill + decode + 1 tokens).  Returns arrays:
 
     * ``kl``, ``nll``, ``top1``, ``correct``: (D, B) per decoding step and stream,
@@ -132,7 +132,7 @@ def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policie
     stats = window_stats(cap, Hkv, W, pcfg.snap_kernel)
     t_prefill = time.perf_counter() - t0
     cache = MultiStreamCache(cfg, B, pre["k"], pre["v"], P + D, W,
-                             bits=[0] * B, group=pcfg.group)
+                             bits=[0] * B, group=pcfg.group, engine=engine)
     NW = cache.NW
     pols = [make_policy(p, f, pcfg, L, Hkv, NW) for p, f in streams]
     cache.set_bits([p.bits for p in pols])
