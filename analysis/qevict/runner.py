@@ -113,15 +113,15 @@ def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policie
     * ``hot_bytes``, ``budget_bytes``: (R, B) at each re-decision; ``tier_bytes``: per stream dict
       at the end; ``recall_bytes``, ``offload_bytes``, ``promotions``, ``fits``: per stream.
     """
-    cfg = model.cfg
+    cfg = getattr(model, "kv_cfg", model.cfg)  # the layers the policies manage (Gemma: the global ones)
     tokens = np.asarray(tokens, dtype=np.int64)
     P, D, W = int(prefill_tokens), int(decode_tokens), pcfg.window
     if P % W:
         raise ValueError(f"prefill_tokens ({P}) must be a multiple of the window ({W})")
+    if P + D > cfg.context_length:  # before any work
+        raise ValueError(f"prefill + decode = {P + D} exceeds the model context {cfg.context_length}")
     if len(tokens) < P + D + 1:
         raise ValueError(f"document has {len(tokens)} tokens, needs prefill + decode + 1 = {P + D + 1}")
-    if P + D > cfg.context_length:
-        raise ValueError(f"prefill + decode = {P + D} exceeds the model context {cfg.context_length}")
     streams = stream_list(policies, budgets, include_full)
     if not streams:
         raise ValueError("no streams to run")
@@ -133,6 +133,9 @@ def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policie
     t_prefill = time.perf_counter() - t0
     cache = MultiStreamCache(cfg, B, pre["k"], pre["v"], P + D, W,
                              bits=[0] * B, group=pcfg.group, engine=engine)
+    if hasattr(model, "attach_local"):  # sliding-window layers keep their own window per stream
+        model.attach_local(cache, pre)
+    del pre
     NW = cache.NW
     pols = [make_policy(p, f, pcfg, L, Hkv, NW) for p, f in streams]
     cache.set_bits([p.bits for p in pols])
@@ -140,6 +143,7 @@ def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policie
         p.init(stats)
 
     hot, budget = [], []
+    n_redecide = [0]
 
     def redecide(nc):
         h_row, b_row = [], []
@@ -189,8 +193,10 @@ def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policie
                 p.observe(cache.win_attn[:, b])
             if (pos + 1) % W == 0 and s < D - 1:
                 redecide((pos + 1) // W)
+                n_redecide[0] += 1
             if verbose and (s + 1) % 32 == 0:
-                print(f"  step {s + 1}/{D}: {(time.perf_counter() - t1) / (s + 1) * 1e3:.0f} ms/step", flush=True)
+                ms = (time.perf_counter() - t1) / (s + 1) * 1e3
+                print(f"  step {s + 1}/{D}: {ms:.0f} ms/step", flush=True)
 
     t1 = time.perf_counter()
     with _blas_threads(DECODE_BLAS_THREADS):
@@ -203,6 +209,7 @@ def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policie
         tier_bytes=[cache.tier_bytes(b, nc_end) for b in range(B)],
         recall_bytes=cache.recall_bytes.copy(), offload_bytes=cache.offload_bytes.copy(),
         promotions=cache.n_promotions.copy(), fits=np.array([p.fits for p in pols]),
+        redecisions=n_redecide[0],
         full_bytes_end=float(nc_end * cache.F * L * Hkv), prefill_tokens=P, decode_tokens=D, window=W,
         seconds_prefill=t_prefill, seconds_decode=time.perf_counter() - t1,
     )
