@@ -103,7 +103,8 @@ def write_artifact(name: str, tables: dict, *, modules, command: str, wall_secon
             df.to_csv(p, index=False)
             shas[t] = _sha_file(p)
         prov = dict(
-            name=name, commit=_git("rev-parse", "HEAD"), dirty=bool(_git("status", "--porcelain", "--", "analysis")),
+            name=name, commit=_git("rev-parse", "HEAD"),
+            dirty=bool(_git("status", "--porcelain", "--", "analysis")),
             modules=sorted(set(modules)), code_hash=code_hash(modules),
             date=_dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
             machine=machine_info(), command=command, wall_seconds=round(float(wall_seconds), 1),
@@ -135,7 +136,8 @@ class Artifact:
         m = p.get("machine", {})
         load = m.get("loadavg")
         s = (f"results/{self.name}, computed {p.get('date', '?')} at commit {str(p.get('commit', '?'))[:10]}"
-             f"{' (uncommitted changes)' if p.get('dirty') else ''} on {m.get('cores', '?')} cores of {m.get('cpu', '?')}"
+             f"{' (uncommitted changes)' if p.get('dirty') else ''} on {m.get('cores', '?')} cores of "
+             f"{m.get('cpu', '?')}"
              f"{f' (load {load[0]:.1f})' if load else ''} in {p.get('wall_seconds', 0) / 60:.1f} min; "
              f"reproduce with `{p.get('command', '?')}`")
         if self.stale:
@@ -166,7 +168,8 @@ def read_artifact(name: str) -> Artifact:
     pj = d / "provenance.json"
     if not pj.is_file():
         have = sorted(p.name for p in results_dir().glob("*") if (p / "provenance.json").is_file())
-        raise FileNotFoundError(f"no artifact {name!r} in {results_dir()} (have: {', '.join(have) or 'none'}); "
+        have_s = ", ".join(have) or "none"
+        raise FileNotFoundError(f"no artifact {name!r} in {results_dir()} (have: {have_s}); "
                                 f"`make long` computes the long-run artifacts")
     prov = json.loads(pj.read_text())
     tables = {t: pd.read_csv(d / f"{t}.csv") for t in prov.get("tables", {}) if (d / f"{t}.csv").is_file()}

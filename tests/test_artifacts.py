@@ -51,7 +51,8 @@ def test_stale_when_table_edited(tmp_results):
 def test_failed_write_leaves_nothing(tmp_results, monkeypatch):
     monkeypatch.setattr(artifacts, "code_hash", lambda m: (_ for _ in ()).throw(RuntimeError("boom")))
     with pytest.raises(RuntimeError):
-        artifacts.write_artifact("demo", {"t": pd.DataFrame(dict(a=[1]))}, modules=["x"], command="c", wall_seconds=1)
+        artifacts.write_artifact("demo", {"t": pd.DataFrame(dict(a=[1]))}, modules=["x"], command="c",
+                                 wall_seconds=1)
     assert not list((tmp_results / "results").glob("demo*"))
 
 

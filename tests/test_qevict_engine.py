@@ -24,8 +24,9 @@ class Cfg:
 def _caches(bits, P=128, W=16, D=40, block=32, seed=0):
     cfg = Cfg()
     rng = np.random.default_rng(seed)
-    pk = [rng.standard_normal((cfg.n_kv_heads, P, cfg.head_dim)).astype(np.float32) for _ in range(cfg.n_layers)]
-    pv = [rng.standard_normal((cfg.n_kv_heads, P, cfg.head_dim)).astype(np.float32) for _ in range(cfg.n_layers)]
+    shape = (cfg.n_kv_heads, P, cfg.head_dim)
+    pk = [rng.standard_normal(shape).astype(np.float32) for _ in range(cfg.n_layers)]
+    pv = [rng.standard_normal(shape).astype(np.float32) for _ in range(cfg.n_layers)]
     mk = dict(bits=bits, group=16)
     return cfg, [MultiStreamCache(cfg, len(bits), pk, pv, P + D, W, block=block, **mk),
                  MultiStreamCache(cfg, len(bits), pk, pv, P + D, W, engine="reference", **mk)]
@@ -116,12 +117,48 @@ def test_context_above_model_maximum_rejected_before_any_work():
             raise AssertionError("prefill ran")
 
     with pytest.raises(ValueError, match="exceeds the model context 4096"):
-        run_document(NoWork(), np.zeros(5000, int), 4032, 100, ["streaming"], [0.5], PolicyConfig(head_dim=32))
+        run_document(NoWork(), np.zeros(5000, int), 4032, 100, ["streaming"], [0.5],
+                     PolicyConfig(head_dim=32))
 
 
 def test_block_size_bounds_memory():
     cfg, (blk, _) = _caches([0] * 4, P=256, block=None)
     assert blk.block % blk.W == 0 and blk.block >= blk.W
-    big = MultiStreamCache(cfg, 400, [np.zeros((2, 256, 32), np.float32)] * 2, [np.zeros((2, 256, 32), np.float32)] * 2,
-                           300, 16, bits=0, group=16)
+    z = [np.zeros((2, 256, 32), np.float32)] * 2
+    big = MultiStreamCache(cfg, 400, z, z, 300, 16, bits=0, group=16)
     assert big.block * 4 * 2 * 400 * 3 <= 2 * (1 << 21) + 16 * 4 * 2 * 400 * 3
+
+
+def test_free_running_answers_match_teacher_forced_exact_match():
+    """Free-running generation inside the needle answers: each stream reads back its own predictions;
+    exact-match accuracy equals the teacher-forced one (identical until the first wrong digit), and
+    the generated tokens are recorded."""
+    pytest.importorskip("gguf")
+    from analysis.qevict import corpora
+    from analysis.qevict.gguf_model import gguf_path, load_model
+    from analysis.qevict.metrics import needle_accuracy
+    from analysis.qevict.policies import PolicyConfig
+    from analysis.qevict.runner import run_document
+    from analysis.qevict.tokenizer import load_tokenizer
+
+    try:
+        gguf_path()
+    except FileNotFoundError as e:  # pragma: no cover
+        pytest.skip(str(e))
+    model, tok = load_model(), load_tokenizer()
+    P, D = 192, 64
+    doc = corpora.load_document("needle:textwrap", tok, P + D + 1, prefill_tokens=P, n_needles=2, n_queries=2)
+    pc = PolicyConfig(window=16, group=16, snap_obs_tokens=16)
+    args = (model, doc.tokens, P, D, ["streaming", "kivi2"], [0.3], pc)
+    tf = run_document(*args)
+    fr = run_document(*args, free_run_spans=doc.answers)
+    np.testing.assert_array_equal(needle_accuracy(tf, doc.answers), needle_accuracy(fr, doc.answers))
+    a, b = doc.answers[0]
+    steps = np.arange(a, b) - P - 1
+    for i in range(len(fr["streams"])):
+        gen, ref = fr["argmax"][steps, i], doc.tokens[a:b]
+        first_wrong = np.nonzero(gen != ref)[0]
+        k = first_wrong[0] + 1 if len(first_wrong) else len(gen)
+        np.testing.assert_array_equal(gen[:k], tf["argmax"][steps, i][:k])  # same until the first error
+    with pytest.raises(ValueError, match="after the prefill"):
+        run_document(*args, free_run_spans=[(P - 4, P + 2)])

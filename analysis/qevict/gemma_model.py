@@ -211,8 +211,8 @@ class Gemma3Model:
 
     arch = "gemma3"
 
-    def __init__(self, cfg: Gemma3Config, weights: dict, gguf_file: str | None = None, rope_layout: str = "neox",
-                 kv_fp16: bool = True):
+    def __init__(self, cfg: Gemma3Config, weights: dict, gguf_file: str | None = None,
+                 rope_layout: str = "neox", kv_fp16: bool = True):
         self.cfg, self.gguf_file, self.kv_fp16 = cfg, gguf_file, kv_fp16
         if rope_layout not in ("neox", "interleaved"):
             raise ValueError(f"rope_layout must be 'neox' or 'interleaved', got {rope_layout!r}")
@@ -225,7 +225,8 @@ class Gemma3Model:
         self.rope_g = _rope_tables(cfg.rope_base, cfg.head_dim, n)
         self.rope_l = _rope_tables(cfg.rope_base_local, cfg.head_dim, n)
         self.global_index = {li: j for j, li in enumerate(cfg.global_layers)}
-        self.local_index = {li: j for j, li in enumerate(i for i in range(cfg.n_layers) if not cfg.is_global(i))}
+        local = [i for i in range(cfg.n_layers) if not cfg.is_global(i)]
+        self.local_index = {li: j for j, li in enumerate(local)}
         self.kv_cfg = KVConfig(len(cfg.global_layers), cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, n)
 
     @classmethod
@@ -253,8 +254,9 @@ class Gemma3Model:
             t[ten.name] = arr.reshape([int(x) for x in reversed(ten.shape.tolist())])
         cfg = Gemma3Config(
             n_layers=nl, d_model=d, d_ff=int(f("gemma3.feed_forward_length")),
-            n_heads=int(f("gemma3.attention.head_count")), n_kv_heads=int(f("gemma3.attention.head_count_kv")),
-            head_dim=hd, vocab_size=t["token_embd.weight"].shape[0], context_length=int(f("gemma3.context_length")),
+            n_heads=int(f("gemma3.attention.head_count")),
+            n_kv_heads=int(f("gemma3.attention.head_count_kv")), head_dim=hd,
+            vocab_size=t["token_embd.weight"].shape[0], context_length=int(f("gemma3.context_length")),
             rope_base=float(f("gemma3.rope.freq_base")), rope_base_local=10000.0, sliding_window=swa,
             rms_eps=float(f("gemma3.attention.layer_norm_rms_epsilon")),
             global_layers=tuple(i for i in range(nl) if i % 6 == 5), query_scale=float(hd) ** -0.5)
@@ -270,7 +272,8 @@ class Gemma3Model:
                 wqkv=np.ascontiguousarray(np.concatenate(
                     [t[p + "attn_q.weight"], t[p + "attn_k.weight"], t[p + "attn_v.weight"]], 0).T),
                 wo=np.ascontiguousarray(t[p + "attn_output.weight"].T),
-                w13=np.ascontiguousarray(np.concatenate([t[p + "ffn_gate.weight"], t[p + "ffn_up.weight"]], 0).T),
+                w13=np.ascontiguousarray(
+                    np.concatenate([t[p + "ffn_gate.weight"], t[p + "ffn_up.weight"]], 0).T),
                 w2=np.ascontiguousarray(t[p + "ffn_down.weight"].T)))
         w = dict(tok_emb=np.ascontiguousarray(t["token_embd.weight"]), out_norm=t["output_norm.weight"],
                  layers=layers)
@@ -356,10 +359,12 @@ class Gemma3Model:
                 e = min(T, s + n_q)
                 k0 = 0 if glob else max(0, s - Wn + 1)
                 sc = np.matmul(qh[:, :, s:e], kh[:, None, k0:e].swapaxes(-1, -2))  # (Hk, g, n, e - k0)
-                qi = np.arange(s, e)[:, None]
-                kj = np.arange(k0, e)[None, :]
-                bad = kj > qi if glob else (kj > qi) | (qi - kj >= Wn)
-                sc[..., bad] = -np.inf
+                if glob:  # causal: only the diagonal block has future keys
+                    sc[..., s:e] += _causal_bias(e - s)
+                else:
+                    qi = np.arange(s, e)[:, None]
+                    kj = np.arange(k0, e)[None, :]
+                    sc[..., (kj > qi) | (qi - kj >= Wn)] = -np.inf
                 sc -= sc.max(-1, keepdims=True)
                 np.exp(sc, out=sc)
                 sc /= sc.sum(-1, keepdims=True)
@@ -401,8 +406,8 @@ class Gemma3Model:
     def attach_local(self, cache, pre: dict):
         """Give ``cache`` (the global layers' multi-stream cache) the local layers' windows."""
         c = self.cfg
-        cache.local = LocalKV(len(self.local_index), cache.n_streams, c.n_kv_heads, c.sliding_window, c.head_dim,
-                              pre["local_k"], pre["local_v"], cache.P)
+        cache.local = LocalKV(len(self.local_index), cache.n_streams, c.n_kv_heads, c.sliding_window,
+                              c.head_dim, pre["local_k"], pre["local_v"], cache.P)
 
     def decode_step(self, token: int, pos: int, cache):
         """One decode step for ``cache.n_streams`` streams in lockstep; returns logits (B, V)."""
@@ -420,6 +425,11 @@ class Gemma3Model:
                 a = cache.local.attend(self.local_index[i], q, k, v, pos)
             x = self._block_end(x, a.reshape(B, -1), lw)
         return self.logits(x)
+
+
+@lru_cache(maxsize=8)
+def _causal_bias(n: int) -> np.ndarray:
+    return np.triu(np.full((n, n), -np.inf, dtype=np.float32), 1)
 
 
 @lru_cache(maxsize=1)

@@ -86,11 +86,17 @@ def execute(run: dict, *, verbose: bool = True) -> dict:
         if verbose:
             print(f"[{r['name']}] {doc.spec}: {P:,} + {D:,} tokens, {len(r['policies'])} policies x "
                   f"{len(r['budgets'])} budgets", flush=True)
-        res = run_document(model, doc.tokens, P, D, r["policies"], r["budgets"], pcfg, verbose=verbose)
+        spans = doc.answers if r.get("free_run") else ()
+        res = run_document(model, doc.tokens, P, D, r["policies"], r["budgets"], pcfg, verbose=verbose,
+                           free_run_spans=spans)
         s = summarize_run(res, doc.spec, doc.answers)
         s.insert(0, "model", r["model"])
         s["redecisions_per_1000"] = res["redecisions"] / D * 1000
         s["promotions_per_1000"] = s["promotions"] / D * 1000
+        s["free_run"] = bool(len(spans))
+        if len(spans):  # the generated answers, as text, per stream
+            s["generated"] = ["|".join(tok.decode(res["argmax"][a - P - 1:b - P - 1, i]) for a, b in spans)
+                              for i in range(len(res["streams"]))]
         rows.append(s)
         times.append(dict(model=r["model"], document=doc.spec, prefill_tokens=P, decode_tokens=D,
                           streams=len(res["streams"]), seconds_prefill=res["seconds_prefill"],

@@ -103,7 +103,7 @@ def stream_list(policies, budgets, include_full: bool = True):
 
 def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policies, budgets,
                  pcfg: PolicyConfig, *, verbose: bool = False, record_tiers: bool = False,
-                 include_full: bool = True, engine: str = "blocked") -> dict:
+                 include_full: bool = True, engine: str = "blocked", free_run_spans=()) -> dict:
     """Run all streams on ``tokens`` (at least prefill + decode + 1 tokens).  Returns arrays:
 
     * ``kl``, ``nll``, ``top1``, ``correct``: (D, B) per decoding step and stream,
@@ -111,7 +111,12 @@ def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policie
       the stream does not hold at full precision / does not hold at all,
     * ``attn_full``: (D, L, Hkv, NW) full-cache attention per window (mean over query heads),
     * ``hot_bytes``, ``budget_bytes``: (R, B) at each re-decision; ``tier_bytes``: per stream dict
-      at the end; ``recall_bytes``, ``offload_bytes``, ``promotions``, ``fits``: per stream.
+      at the end; ``recall_bytes``, ``offload_bytes``, ``promotions``, ``fits``: per stream;
+      ``argmax``: (D, B) each stream's greedy prediction at each step; ``redecisions`` during decoding.
+
+    ``free_run_spans``: [(start, end)] document token ranges (e.g. needle answers) decoded
+    free-running: inside them each stream reads back its own previous prediction instead of the
+    document's token (greedy generation), so the answer scored is the one the stream generated.
     """
     cfg = getattr(model, "kv_cfg", model.cfg)  # the layers the policies manage (Gemma: the global ones)
     tokens = np.asarray(tokens, dtype=np.int64)
@@ -163,6 +168,12 @@ def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policie
     nll = np.zeros((D, B))
     top1 = np.zeros((D, B), bool)
     correct = np.zeros((D, B), bool)
+    argmax = np.zeros((D, B), np.int64)
+    free = np.zeros(len(tokens), bool)
+    for a_, b_ in free_run_spans:
+        if a_ <= P:
+            raise ValueError(f"free-running span {a_}:{b_} must start after the prefill ({P})")
+        free[a_:b_] = True
     fmm = np.zeros((D, B, L), np.float32)
     fmm_ev = np.zeros((D, B, L), np.float32)
     attn_full = np.zeros((D, L, Hkv, NW), np.float32)
@@ -171,7 +182,8 @@ def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policie
     def _decode_loop():
         for s in range(D):
             pos = P + s
-            logits = model.decode_step(int(tokens[pos]), pos, cache).astype(np.float64)
+            token = argmax[s - 1] if free[pos] else int(tokens[pos])  # own prediction inside a span
+            logits = model.decode_step(token, pos, cache).astype(np.float64)
             lp = logits - logits.max(-1, keepdims=True)
             lp -= np.log(np.exp(lp).sum(-1, keepdims=True))
             p0 = np.exp(lp[0])
@@ -179,6 +191,7 @@ def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policie
             tgt = int(tokens[pos + 1])
             nll[s] = -lp[:, tgt]
             am = logits.argmax(-1)
+            argmax[s] = am
             top1[s] = am == am[0]
             correct[s] = am == tgt
             A = cache.win_attn[:, 0]  # (L, Hkv, NW) full-cache attention
@@ -209,7 +222,7 @@ def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policie
         tier_bytes=[cache.tier_bytes(b, nc_end) for b in range(B)],
         recall_bytes=cache.recall_bytes.copy(), offload_bytes=cache.offload_bytes.copy(),
         promotions=cache.n_promotions.copy(), fits=np.array([p.fits for p in pols]),
-        redecisions=n_redecide[0],
+        redecisions=n_redecide[0], argmax=argmax, free_run_spans=list(free_run_spans),
         full_bytes_end=float(nc_end * cache.F * L * Hkv), prefill_tokens=P, decode_tokens=D, window=W,
         seconds_prefill=t_prefill, seconds_decode=time.perf_counter() - t1,
     )
@@ -227,6 +240,7 @@ def run_document_cached(model, tokens, prefill_tokens, decode_tokens, policies, 
     tokens = np.asarray(tokens, dtype=np.int64)[: prefill_tokens + decode_tokens + 1]
     inputs = dict(tokens=hashlib.sha256(tokens.tobytes()).hexdigest(), P=int(prefill_tokens),
                   D=int(decode_tokens), policies=list(policies), budgets=[float(b) for b in budgets],
-                  pcfg=dataclasses.asdict(pcfg), model=file_sha256(model.gguf_file) if model.gguf_file else None)
+                  pcfg=dataclasses.asdict(pcfg),
+                  model=file_sha256(model.gguf_file) if model.gguf_file else None)
     return cached("qevict_run", inputs, lambda: run_document(model, tokens, prefill_tokens, decode_tokens,
                                                              policies, budgets, pcfg, verbose=verbose))

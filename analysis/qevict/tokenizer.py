@@ -57,13 +57,40 @@ class Tokenizer:
 
     @classmethod
     def sentencepiece_bpe(cls, tokens, scores, token_types, eos_id=None, bos_id=None, add_bos=False):
-        """SentencePiece BPE (see the module docstring) as a Hugging Face ``tokenizers`` BPE."""
+        """SentencePiece BPE (see the module docstring) as a Hugging Face ``tokenizers`` BPE.  Deriving
+        the merges takes minutes for a 262K vocabulary, so the result is cached on disk
+        (``analysis.cache`` directory) keyed by the vocabulary's content."""
+        import hashlib
+
+        from tokenizers import Tokenizer as HFTokenizer
+
+        from analysis.cache import cache_dir
+
+        types = np.asarray(token_types)
+        scores = np.asarray(scores, dtype=np.float64)
+        h = hashlib.sha256("\0".join(tokens).encode("utf-8", "surrogatepass"))
+        h.update(scores.tobytes())
+        h.update(types.astype(np.int64).tobytes())
+        path = cache_dir() / "tokenizers" / f"spm-bpe-{h.hexdigest()[:32]}.json"
+        if path.is_file():
+            tk = HFTokenizer.from_str(path.read_text(encoding="utf-8"))
+        else:
+            tk = cls._build_spm_bpe(tokens, scores, types)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(path.name + ".partial")
+            tmp.write_text(tk.to_str(), encoding="utf-8")
+            tmp.replace(path)
+        self = cls.__new__(cls)
+        self._tk, self.vocab_size, self.eos_id, self.bos_id = tk, len(tokens), eos_id, bos_id
+        self.prefix = np.array([bos_id] if add_bos and bos_id is not None else [], np.int64)
+        return self
+
+    @staticmethod
+    def _build_spm_bpe(tokens, scores, types):
         from tokenizers import AddedToken, decoders, models, normalizers
         from tokenizers import Tokenizer as HFTokenizer
 
         vocab = {t: i for i, t in enumerate(tokens)}
-        types = np.asarray(token_types)
-        scores = np.asarray(scores, dtype=np.float64)
         merges = []
         for i, t in enumerate(tokens):
             if types[i] != 1 or len(t) < 2:
@@ -85,10 +112,7 @@ class Tokenizer:
                        for i in np.nonzero(types == TOKEN_TYPE_USER_DEFINED)[0]])
         tk.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
                                for i in np.nonzero(types == TOKEN_TYPE_CONTROL)[0]])
-        self = cls.__new__(cls)
-        self._tk, self.vocab_size, self.eos_id, self.bos_id = tk, len(tokens), eos_id, bos_id
-        self.prefix = np.array([bos_id] if add_bos and bos_id is not None else [], np.int64)
-        return self
+        return tk
 
     @classmethod
     def from_gguf(cls, path: str | None = None) -> "Tokenizer":
