@@ -130,9 +130,9 @@ def test_block_size_bounds_memory():
 
 
 def test_free_running_answers_match_teacher_forced_exact_match():
-    """Free-running generation inside the needle answers: each stream reads back its own predictions;
-    exact-match accuracy equals the teacher-forced one (identical until the first wrong digit), and
-    the generated tokens are recorded."""
+    """Free-running generation inside the needle answers: each stream reads back its own predictions.
+    On the first answer, exact match equals the teacher-forced one (identical until the first wrong
+    digit); later answers may differ, since a wrong generated answer stays in the context."""
     pytest.importorskip("gguf")
     from analysis.qevict import corpora
     from analysis.qevict.gguf_model import gguf_path, load_model
@@ -152,7 +152,8 @@ def test_free_running_answers_match_teacher_forced_exact_match():
     args = (model, doc.tokens, P, D, ["streaming", "kivi2"], [0.3], pc)
     tf = run_document(*args)
     fr = run_document(*args, free_run_spans=doc.answers)
-    np.testing.assert_array_equal(needle_accuracy(tf, doc.answers), needle_accuracy(fr, doc.answers))
+    first = doc.answers[:1]
+    np.testing.assert_array_equal(needle_accuracy(tf, first), needle_accuracy(fr, first))
     a, b = doc.answers[0]
     steps = np.arange(a, b) - P - 1
     for i in range(len(fr["streams"])):
