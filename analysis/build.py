@@ -2,7 +2,8 @@
 
 jupyter-cache re-executes a chapter only when its cells change. A chapter's output also depends on
 the ``analysis`` package and the ``data/`` tables, so the cache is keyed on their hash
-(:func:`analysis.cache.package_hash`): when it changes, the execution cache is cleared and every
+(:func:`analysis.cache.package_hash`), together with the committed long-run artifacts under
+``results/`` (which chapters read): when it changes, the execution cache is cleared and every
 chapter runs again. The build treats warnings (and unresolved references, nitpicky) as errors.
 """
 from __future__ import annotations
@@ -24,8 +25,14 @@ STAMP = BUILD / ".analysis-hash"
 
 
 def invalidate_if_changed() -> bool:
-    """Clear the jupyter-cache when the package or data changed since the last build."""
-    h = package_hash()
+    """Clear the jupyter-cache when the package, data or results/ artifacts changed since the last build."""
+    import hashlib
+
+    hr = hashlib.sha256(package_hash().encode())
+    for f in sorted((REPO_ROOT / "results").rglob("*")):
+        if f.is_file():
+            hr.update(str(f.relative_to(REPO_ROOT)).encode() + b"\0" + f.read_bytes())
+    h = hr.hexdigest()
     old = STAMP.read_text().strip() if STAMP.exists() else None
     if old != h:
         if JCACHE.exists():
@@ -42,7 +49,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-strict", action="store_true", help="do not treat warnings as errors")
     a = ap.parse_args(argv)
     changed = invalidate_if_changed()
-    print(f"analysis/ and data/ {'changed: chapters will be re-executed' if changed else 'unchanged: cached chapters reused'}")
+    state = "changed: chapters will be re-executed" if changed else "unchanged: cached chapters reused"
+    print(f"analysis/, data/ and results/ {state}")
     exe = Path(sys.executable).with_name("jupyter-book")
     cmd = [str(exe), "build", str(REPO_ROOT), "--builder", a.builder]
     if not a.no_strict:
