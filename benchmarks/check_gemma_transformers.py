@@ -8,7 +8,9 @@ installs pinned torch (CPU build) + transformers + gguf into it from PyPI.  The 
 the first tokens of a standard-library module's source, our tokenizer) go through both models in
 float32; our K/V are not rounded to fp16 here (``kv_fp16=False``), since transformers keeps them in
 float32.  Pass: relative perplexity difference <= 1e-3.  Prints both perplexities, the difference,
-and the perplexity with our default fp16 K/V, and exits non-zero on failure.
+and the perplexity with our default fp16 K/V, and exits non-zero on failure.  The result is
+committed as the artifact ``results/qevict_gemma_reference/`` (provenance:
+:mod:`analysis.artifacts`), which chapter 4 shows.
 """
 from __future__ import annotations
 
@@ -61,10 +63,18 @@ def main(argv=None):
     ap.add_argument("--tokens", type=int, default=1024)
     ap.add_argument("--module", default="argparse")
     a = ap.parse_args(argv)
+    import time
+
+    import pandas as pd
+
+    from analysis.artifacts import code_hash, write_artifact
     from analysis.qevict import corpora
     from analysis.qevict.gemma_model import Gemma3Model, gemma_gguf_path
     from analysis.qevict.tokenizer import load_tokenizer
 
+    t0 = time.perf_counter()
+    modules = ["analysis.qevict.gemma_model", "analysis.qevict.tokenizer", "analysis.qevict.corpora"]
+    before = code_hash(modules)
     path = gemma_gguf_path()
     tok = load_tokenizer(path)
     ids = np.r_[tok.prefix, tok.encode(corpora.module_source(a.module))][: a.tokens].astype(np.int64)
@@ -89,6 +99,14 @@ def main(argv=None):
           f"sliding window {ref['sliding_window']}, local RoPE base {ref['rope_local']})")
     verdict = "PASS" if rel <= TOLERANCE else "FAIL"
     print(f"relative difference {rel:.2e}  (tolerance {TOLERANCE:g}): {verdict}")
+    if code_hash(modules) == before:
+        tbl = pd.DataFrame([dict(
+            module=a.module, tokens=len(ids), ppl_numpy_fp32_kv=ours, ppl_numpy_fp16_kv=ours16,
+            ppl_transformers=ref["ppl"], reference=REF_PACKAGES[1] + " + " + REF_PACKAGES[0],
+            rel_diff=rel, tolerance=TOLERANCE, verdict=verdict)])
+        cmd = f"python benchmarks/check_gemma_transformers.py --tokens {a.tokens} --module {a.module}"
+        write_artifact("qevict_gemma_reference", {"perplexity": tbl}, modules=modules, command=cmd,
+                       wall_seconds=time.perf_counter() - t0, params=dict(tokens=a.tokens, module=a.module))
     return 0 if rel <= TOLERANCE else 1
 
 

@@ -38,3 +38,8 @@ def long_results(sweep: Path = LONG_SWEEP):
         redecisions_per_1000=("redecisions_per_1000", "mean"),
         promotions_per_1000=("promotions_per_1000", "mean")).reset_index()
     return arts, missing, tbl
+
+
+def gemma_reference():
+    """The committed check of the Gemma 3 port against transformers (or None if not computed)."""
+    return read_artifact("qevict_gemma_reference") if "qevict_gemma_reference" in set(list_artifacts()) else None
