@@ -42,4 +42,5 @@ def long_results(sweep: Path = LONG_SWEEP):
 
 def gemma_reference():
     """The committed check of the Gemma 3 port against transformers (or None if not computed)."""
-    return read_artifact("qevict_gemma_reference") if "qevict_gemma_reference" in set(list_artifacts()) else None
+    name = "qevict_gemma_reference"
+    return read_artifact(name) if name in set(list_artifacts()) else None
