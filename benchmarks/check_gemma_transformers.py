@@ -27,7 +27,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-REF_PACKAGES = ["torch==2.13.0+cpu", "transformers==4.57.6", "gguf==0.19.0", "numpy==2.4.6"]
+REF_PACKAGES = ["torch==2.13.0+cpu", "transformers==4.57.6", "gguf==0.19.0", "numpy==2.4.6",
+                "accelerate==1.12.0"]
 TOLERANCE = 1e-3
 
 CHILD = textwrap.dedent("""
@@ -37,7 +38,7 @@ CHILD = textwrap.dedent("""
     ids = np.load(ids_file)
     m = AutoModelForCausalLM.from_pretrained(str(__import__("pathlib").Path(path).parent),
                                              gguf_file=__import__("pathlib").Path(path).name,
-                                             torch_dtype=torch.float32, attn_implementation="eager")
+                                             dtype=torch.float32, attn_implementation="eager")
     m.eval()
     with torch.no_grad():
         lg = m(torch.tensor(ids[None], dtype=torch.long)).logits[0].double()
