@@ -33,6 +33,18 @@ def results_dir() -> Path:
     return Path(os.environ.get("KVBOOK_RESULTS", REPO_ROOT / "results"))
 
 
+def trace_read(path: Path) -> None:
+    """Record the read of an in-repo file for the check that chapters' cache keys cover what they
+    read (``KVBOOK_TRACE_READS``, :mod:`analysis.data`, :mod:`analysis.deps`)."""
+    from .data import _trace_read
+
+    try:
+        rel = Path(path).resolve().relative_to(REPO_ROOT.resolve()).as_posix()
+    except ValueError:
+        return  # outside the repository (KVBOOK_RESULTS elsewhere): not part of any key
+    _trace_read(rel)
+
+
 def _module_files(module: str) -> list[Path]:
     spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None:
@@ -172,7 +184,12 @@ def read_artifact(name: str) -> Artifact:
         raise FileNotFoundError(f"no artifact {name!r} in {results_dir()} (have: {have_s}); "
                                 f"`make long` computes the long-run artifacts")
     prov = json.loads(pj.read_text())
-    tables = {t: pd.read_csv(d / f"{t}.csv") for t in prov.get("tables", {}) if (d / f"{t}.csv").is_file()}
+    trace_read(pj)
+    tables = {}
+    for t in prov.get("tables", {}):
+        if (d / f"{t}.csv").is_file():
+            tables[t] = pd.read_csv(d / f"{t}.csv")
+            trace_read(d / f"{t}.csv")
     return Artifact(name, tables, prov, stale_reasons(name, prov))
 
 

@@ -164,6 +164,9 @@ def load(path: str | Path = DEFAULT_PATH) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"no tuned settings at {path}; run the search first: "
                                 f"python -m analysis.qevict.tuning --out {path}")
+    from analysis.artifacts import trace_read
+
+    trace_read(path)
     return json.loads(path.read_text())
 
 
