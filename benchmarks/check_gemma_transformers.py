@@ -15,6 +15,7 @@ committed as the artifact ``results/qevict_gemma_reference/`` (provenance:
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -74,7 +75,9 @@ def main(argv=None):
     from analysis.qevict.tokenizer import load_tokenizer
 
     t0 = time.perf_counter()
-    modules = ["analysis.qevict.gemma_model", "analysis.qevict.tokenizer", "analysis.qevict.corpora"]
+    # what the perplexities depend on: the model and tokenizer code, and the token ids (their sha256 is
+    # recorded; tests/test_qevict_gemma.py checks that corpora + tokenizer still give the same ids)
+    modules = ["analysis.qevict.gemma_model", "analysis.qevict.tokenizer"]
     before = code_hash(modules)
     path = gemma_gguf_path()
     tok = load_tokenizer(path)
@@ -107,7 +110,8 @@ def main(argv=None):
             rel_diff=rel, tolerance=TOLERANCE, verdict=verdict)])
         cmd = f"python benchmarks/check_gemma_transformers.py --tokens {a.tokens} --module {a.module}"
         write_artifact("qevict_gemma_reference", {"perplexity": tbl}, modules=modules, command=cmd,
-                       wall_seconds=time.perf_counter() - t0, params=dict(tokens=a.tokens, module=a.module))
+                       wall_seconds=time.perf_counter() - t0, params=dict(tokens=a.tokens, module=a.module),
+                       extra=dict(tokens_sha256=hashlib.sha256(ids.tobytes()).hexdigest()))
     return 0 if rel <= TOLERANCE else 1
 
 

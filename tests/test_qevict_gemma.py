@@ -95,3 +95,22 @@ def test_layout_right_vs_wrong(model, tok):
                                                           layers=model.layers), rope_layout="interleaved")
     wrong = np.exp(np.nanmean(wrong_model.prefill(ids, logits="nll", targets=tg)["nll"]))
     assert 2 < right < 30 and wrong > 5 * right
+
+
+def test_reference_artifact_tokens_are_the_current_document():
+    """results/qevict_gemma_reference depends on the model and tokenizer code (its code hash) and on
+    the token ids it was computed on (their sha256): corpora + tokenizer must still give those ids."""
+    import hashlib
+
+    from analysis.artifacts import list_artifacts, read_artifact
+    from analysis.qevict import corpora
+    from analysis.qevict.tokenizer import load_tokenizer
+
+    if "qevict_gemma_reference" not in list_artifacts():
+        pytest.skip("no committed Gemma reference artifact")
+    a = read_artifact("qevict_gemma_reference")
+    prm = a.provenance["params"]
+    tok = load_tokenizer(gemma_model.gemma_gguf_path())
+    ids = np.r_[tok.prefix, tok.encode(corpora.module_source(prm["module"]))][: prm["tokens"]]
+    ids = ids.astype(np.int64)
+    assert hashlib.sha256(ids.tobytes()).hexdigest() == a.provenance["tokens_sha256"]
