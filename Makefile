@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.kvbook-installed
 
-.PHONY: book test install unit notebooks clean-cache clean linkcheck bench data lint
+.PHONY: book test install unit notebooks clean-cache clean linkcheck bench data lint long
 
 $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -50,6 +50,11 @@ unit: $(STAMP)
 
 bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+# Chapter 4's long-context runs (hours on 2 cores): committed artifacts under results/ with provenance;
+# the chapter marks them stale, and tests/test_artifacts.py fails, when their code changes.
+long: $(STAMP)
+	$(BIN)/python -m analysis.qevict.longrun sweeps/qevict_long.yaml
 
 clean-cache:
 	rm -rf _build/.jupyter_cache .cache

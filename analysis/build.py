@@ -3,7 +3,8 @@
 jupyter-cache re-executes a page only when its code cells change. A chapter's output also depends on
 the modules of ``analysis`` it imports and on the files it reads, so each executable page has a key
 (:func:`analysis.deps.chapter_key`: the source of the transitive closure of its imports inside
-``analysis/`` and of the data files that closure reads). Before the build, the cache records of every
+``analysis/`` and of the data files that closure reads, including the committed long-run artifacts
+and frozen settings under ``results/`` that chapters read instead of computing). Before the build, the cache records of every
 page whose key changed are removed, so that page, and only that page, is executed again; the build
 says which pages re-execute and which changed files caused it. The build treats warnings (and
 unresolved references, nitpicky) as errors; when a page fails, it ends by printing, for each failed

@@ -8,13 +8,18 @@ anything, with :mod:`ast`:
   (every ``import``/``from ... import`` of every module in the closure, including those inside
   functions; the parent packages of each, whose ``__init__`` runs on import; and the chapter's
   parameter-schema module from :data:`analysis.params.CHAPTERS`, which ``params.check`` imports).
-* **Files**: an in-repo file (``data/*.csv``, ``data/*.yaml``, top-level ``*.yml``) is read by the
-  closure when its name appears in a string literal (docstrings excepted) of the chapter or of a
-  module of the closure (``data.table("hardware.csv")``, ``"data/models.csv line 3"``), or through
-  the loader's functions: a call to ``published(...)`` reads ``data/published.csv``;
+* **Files**: an in-repo file (``data/*.csv``, ``data/*.yaml``, top-level ``*.yml``, ``sweeps/*.yaml``
+  and the committed results under ``results/``) is read by the closure when its name appears in a
+  string literal (docstrings excepted) of the chapter or of a module of the closure
+  (``data.table("hardware.csv")``, ``"data/models.csv line 3"``, ``"results/qevict_tuned.json"``), or
+  through the loaders' functions: a call to ``published(...)`` reads ``data/published.csv``;
   ``path``/``registry``/``describe`` read ``data/registry.yaml`` (whose sha256 pins every external
-  file); ``table(x)`` with a name that is not a literal reads every table. ``analysis/data.py`` (the
-  loader) and this module are hashed but not scanned for names: they name every file.
+  file); ``table(x)`` with a name that is not a literal reads every table; of
+  :mod:`analysis.artifacts` (long runs committed with provenance, which chapters read instead of
+  computing), ``read_artifact("name")`` reads every file of ``results/name/``, and
+  ``read_artifact(x)`` with a name that is not a literal, or ``list_artifacts()``, every artifact's
+  files. ``analysis/data.py`` and ``analysis/artifacts.py`` (the loaders) and this module are hashed
+  but not scanned for names: they name every file.
 
 A key is the sha256 of the (path, content) of every dependency, so editing
 ``analysis/qevict/policies.py`` changes the keys of the chapters that import it (4 and 5) and of
@@ -38,13 +43,15 @@ PACKAGE = "analysis"
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PACKAGE_DIR.parent
 DATA_DIR = REPO_ROOT / "data"
-KEY_VERSION = "deps-1"  # bump when the rules above change, so every key changes with them
+RESULTS_DIR = REPO_ROOT / "results"
+KEY_VERSION = "deps-2"  # bump when the rules above change, so every key changes with them
 
-_NOT_SCANNED = {f"{PACKAGE}.data", f"{PACKAGE}.deps"}
+_NOT_SCANNED = {f"{PACKAGE}.data", f"{PACKAGE}.deps", f"{PACKAGE}.artifacts"}
 # analysis.data functions -> the in-repo files a call reads (None: every table, see module docstring)
 _LOADER_CALLS = {"published": ("data/published.csv",), "path": ("data/registry.yaml",),
                  "registry": ("data/registry.yaml",), "describe": ("data/registry.yaml",),
                  "candidates": ()}
+_ARTIFACT_CALLS = ("read_artifact", "list_artifacts")  # analysis.artifacts: files under results/<name>/
 
 
 # ------------------------------------------------------------------------------------- modules
@@ -130,32 +137,63 @@ def closure(roots) -> list[str]:
 # --------------------------------------------------------------------------------------- files
 
 def candidate_files() -> list[Path]:
-    """In-repo files a chapter may read: ``data/*.csv|yaml`` and the top-level ``*.yml``."""
+    """In-repo files a chapter may read: ``data/*.csv|yaml``, the top-level ``*.yml``,
+    ``sweeps/*.yaml`` and the committed results (``results/*.json|csv`` and the files of the
+    artifacts ``results/<name>/``)."""
     files = [p for p in DATA_DIR.iterdir() if p.is_file() and p.suffix in (".csv", ".yaml", ".yml")]
     files += [p for p in REPO_ROOT.iterdir() if p.is_file() and p.suffix in (".yml", ".yaml")]
-    return sorted(files)
+    sweeps = REPO_ROOT / "sweeps"
+    if sweeps.is_dir():
+        files += [p for p in sweeps.iterdir() if p.is_file() and p.suffix in (".yml", ".yaml")]
+    if RESULTS_DIR.is_dir():
+        files += [p for p in RESULTS_DIR.iterdir() if p.is_file() and p.suffix in (".json", ".csv")]
+    return sorted(files + artifact_files())
+
+
+def artifact_files(name: str | None = None) -> list[Path]:
+    """Files of the committed artifact ``results/<name>/`` (every artifact's when ``name`` is None)."""
+    if not RESULTS_DIR.is_dir():
+        return []
+    dirs = [RESULTS_DIR / name] if name else [p for p in RESULTS_DIR.iterdir() if p.is_dir()]
+    return sorted(f for d in dirs if d.is_dir() and not d.name.endswith(".partial")
+                  for f in d.iterdir() if f.is_file())
 
 
 def _mention_pattern(file: Path) -> re.Pattern:
     return re.compile(r"(?<![\w.-])" + re.escape(file.name) + r"(?![\w-])")
 
 
-def _data_aliases(tree: ast.AST, current: str, is_pkg: bool) -> tuple[set[str], dict[str, str]]:
-    """Names bound to the module analysis.data, and names imported from it (local -> function)."""
+def _data_aliases(tree: ast.AST, current: str, is_pkg: bool,
+                  module: str = "data") -> tuple[set[str], dict[str, str]]:
+    """Names bound to the module analysis.<module> (a loader: ``data``, ``artifacts``), and names
+    imported from it (local -> function)."""
     mods, funcs = set(), {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
-                if a.name == f"{PACKAGE}.data" and a.asname:
+                if a.name == f"{PACKAGE}.{module}" and a.asname:
                     mods.add(a.asname)
         elif isinstance(node, ast.ImportFrom):
             base = _resolve_from(node, current, is_pkg)
             for a in node.names:
-                if base == PACKAGE and a.name == "data":
-                    mods.add(a.asname or "data")
-                elif base == f"{PACKAGE}.data":
+                if base == PACKAGE and a.name == module:
+                    mods.add(a.asname or module)
+                elif base == f"{PACKAGE}.{module}":
                     funcs[a.asname or a.name] = a.name
     return mods, funcs
+
+
+def _loader_calls(tree: ast.AST, current: str, is_pkg: bool, module: str):
+    """(function name, call node) of every call of a function of analysis.<module> in ``tree``."""
+    mods, funcs = _data_aliases(tree, current, is_pkg, module)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) \
+                and node.func.value.id in mods:
+            yield node.func.attr, node
+        elif isinstance(node.func, ast.Name) and node.func.id in funcs:
+            yield funcs[node.func.id], node
 
 
 def files_read(tree: ast.AST, current: str = "__main__", is_pkg: bool = False) -> set[str]:
@@ -172,20 +210,21 @@ def files_read(tree: ast.AST, current: str = "__main__", is_pkg: bool = False) -
     for f in cands:
         if _mention_pattern(f).search(text):
             out.add(f.relative_to(REPO_ROOT).as_posix())
-    mods, funcs = _data_aliases(tree, current, is_pkg)
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        fn = None
-        if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) \
-                and node.func.value.id in mods:
-            fn = node.func.attr
-        elif isinstance(node.func, ast.Name) and node.func.id in funcs:
-            fn = funcs[node.func.id]
+    for fn, node in _loader_calls(tree, current, is_pkg, "data"):
         if fn in _LOADER_CALLS:
             out.update(_LOADER_CALLS[fn])
         elif fn == "table" and not (node.args and isinstance(node.args[0], ast.Constant)):
             out.update(f.relative_to(REPO_ROOT).as_posix() for f in cands if f.parent == DATA_DIR)
+    for fn, node in _loader_calls(tree, current, is_pkg, "artifacts"):
+        if fn not in _ARTIFACT_CALLS:
+            continue
+        arg = node.args[0] if node.args else None
+        if fn == "read_artifact" and isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            # the provenance is keyed even while absent, so computing the artifact changes the key
+            out.add(f"results/{arg.value}/provenance.json")
+            out.update(f.relative_to(REPO_ROOT).as_posix() for f in artifact_files(arg.value))
+        else:
+            out.update(f.relative_to(REPO_ROOT).as_posix() for f in artifact_files())
     return out
 
 

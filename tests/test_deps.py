@@ -173,3 +173,29 @@ def test_function_modules_of_notebook_lambdas_and_closures():
     hc = HitCurve
     assert "analysis.tiering.hitcurve" in deps.function_modules(lambda: hc)
     assert cache.code_hash(True, lambda: 1) == cache.package_hash()  # nothing traceable: whole package
+
+
+def test_committed_results_a_chapter_reads_are_in_its_key():
+    """Chapter 4 reads committed long-run artifacts and the frozen tuned settings (results/): they are
+    data dependencies of its key (issue 13 keyed the whole cache on results/; here, per chapter)."""
+    arts = sorted(p.parent.name for p in (REPO / "results").glob("*/provenance.json"))
+    assert arts, "no committed artifact to check with"
+    pages = _pages_depending_on(f"results/{arts[0]}/provenance.json")
+    assert "04_qevict" in pages and "01_kv_footprint" not in pages and "03_disagg" not in pages
+    table = next(p for p in (REPO / "results" / arts[0]).glob("*.csv"))
+    assert "04_qevict" in _pages_depending_on(table.relative_to(REPO).as_posix())
+    assert "04_qevict" in _pages_depending_on("results/qevict_tuned.json")
+    assert "04_qevict" in _pages_depending_on("sweeps/qevict_long.yaml")  # which artifacts it shows
+
+
+def test_artifact_loader_calls():
+    arts = sorted(p.parent.name for p in (REPO / "results").glob("*/provenance.json"))
+    code = f"from analysis.artifacts import read_artifact\nread_artifact('{arts[0]}')"
+    one = deps.files_read(ast.parse(code))
+    assert one and all(f.startswith(f"results/{arts[0]}/") for f in one)
+    assert f"results/{arts[0]}/provenance.json" in one
+    absent = deps.files_read(ast.parse("from analysis import artifacts as a\na.read_artifact('not_yet')"))
+    assert absent == {"results/not_yet/provenance.json"}  # computing it later changes the key
+    every = deps.files_read(ast.parse("from analysis.artifacts import list_artifacts\nlist_artifacts()"))
+    assert {f"results/{a}/provenance.json" for a in arts} <= every
+    assert deps.files_read(ast.parse("read_artifact('x')")) == set()  # not the loader's function

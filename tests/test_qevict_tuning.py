@@ -104,3 +104,28 @@ def test_stale_reasons_detects_changes():
     tuned["tuning_documents"] = ["code:x"]
     r = tuning.stale_reasons(tuned)
     assert "the search space changed" in r and "the tuning documents changed" in r
+
+
+def test_stale_reasons_key_on_the_inputs_of_the_settings(monkeypatch):
+    """The settings are stale when policies.py/quant.py hash differently from the recorded code hash or
+    a tuning document's tokens differ from the recorded sha256 (not when corpora.py merely gains
+    documents); settings without recorded inputs fall back to git diff of the three files."""
+    tuned = json.loads(json.dumps(tuning.load()))
+    assert set(tuned["inputs"]["modules"]) >= set(tuning.DEPENDS_ON_MODULES)
+    assert set(tuned["inputs"]["documents"]) == set(tuned["tuning_documents"])
+    t = json.loads(json.dumps(tuned))
+    t["inputs"]["code_hash"] = "0" * 64
+    assert any("code hash" in r for r in tuning.stale_reasons(t))
+    t = json.loads(json.dumps(tuned))
+    spec = tuned["tuning_documents"][1]
+    t["inputs"]["documents"][spec] = "0" * 64
+    assert tuning.stale_reasons(t) == [f"tuning document {spec} has other tokens than those searched on"]
+    # the tokens of a document change (e.g. corpora.py or the tokenizer changed how it is built)
+    real = tuning.document_hashes
+    monkeypatch.setattr(tuning, "document_hashes",
+                        lambda docs, P, D: {**real(docs, P, D), spec: "changed"})
+    assert tuning.stale_reasons(tuned) == [f"tuning document {spec} has other tokens than those searched on"]
+    monkeypatch.setattr(tuning, "document_hashes", real)
+    t = json.loads(json.dumps(tuned))
+    t["inputs"]["modules"] = ["analysis.qevict.quant"]
+    assert any("do not cover analysis.qevict.policies" in r for r in tuning.stale_reasons(t))

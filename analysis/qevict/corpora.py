@@ -6,6 +6,8 @@ Document specs (strings):
   a code-completion document;
 * ``docs:<module>``: the module's docstrings (module, classes, functions; ``inspect.cleandoc``-ed,
   in source order), English prose with examples;
+* ``code:<m1>+<m2>+...``, ``docs:<m1>+<m2>+...``: several modules joined (blank line between), for
+  long documents (8K tokens for SmolLM2, 32K for Gemma 3; see :data:`LONG_DOCUMENTS`);
 * ``needle:<module>``: multi-key needle-in-a-haystack retrieval (RULER's "multikey NIAH"): the
   module's docstrings (continued with those of :data:`HAYSTACK_FALLBACK` if too short) as haystack,
   ``n_needles`` sentences "The special magic number for <key> is <6 digits>." inserted at seeded
@@ -20,7 +22,6 @@ from __future__ import annotations
 import ast
 import hashlib
 import inspect
-import os
 import platform
 import sysconfig
 from dataclasses import dataclass, field
@@ -34,6 +35,18 @@ NEEDLE_KEYS = (
     "marble", "needle", "orchid", "pepper", "quartz", "saddle", "tunnel", "velvet", "walnut", "yogurt",
     "anchor", "bridge", "copper", "desert", "engine", "forest", "glacier", "hammer", "ivory", "jungle",
 )
+
+
+# Long documents from what ships with Python: each well over 32K tokens with either tokenizer.
+LONG_DOCUMENTS = {
+    "code": "code:typing+inspect+argparse+pydoc",
+    "docs": "docs:typing+_pydecimal+turtle+doctest+logging+statistics",
+}
+
+
+def _prefix(tokenizer) -> np.ndarray:
+    """Tokens that start every document (Gemma: BOS; SmolLM2: none)."""
+    return np.asarray(getattr(tokenizer, "prefix", np.zeros(0, np.int64)), np.int64)
 
 
 def stdlib_dir() -> Path:
@@ -104,15 +117,18 @@ def load_document(spec: str, tokenizer, n_tokens: int, *, prefill_tokens: int | 
     if n_tokens < 2:
         raise ValueError("n_tokens must be >= 2")
     if kind in ("code", "docs"):
-        text = module_source(module) if kind == "code" else module_docstrings(module)
-        ids = tokenizer.encode(text)
+        mods = module.split("+")
+        get = module_source if kind == "code" else module_docstrings
+        text = "\n\n".join(get(m) for m in mods)
+        ids = np.r_[_prefix(tokenizer), tokenizer.encode(text)].astype(np.int64)
         if len(ids) < n_tokens:
-            raise ValueError(f"{spec} has {len(ids)} tokens, fewer than the {n_tokens} needed; choose a longer module")
+            raise ValueError(f"document {spec} has {len(ids)} tokens, fewer than the {n_tokens} needed; "
+                             f"choose a longer module or join several with '+' (e.g. {LONG_DOCUMENTS[kind]})")
         ids = ids[:n_tokens]
-        return Document(spec, ids, kind, _sha(ids), meta=dict(source=str(module_file(module))))
+        return Document(spec, ids, kind, _sha(ids), meta=dict(source=[str(module_file(m)) for m in mods]))
     if kind in EXTRA_GENRES:
         text, source = EXTRA_GENRES[kind](module)
-        ids = tokenizer.encode(text)
+        ids = np.r_[_prefix(tokenizer), tokenizer.encode(text)].astype(np.int64)
         if len(ids) < n_tokens:
             raise ValueError(f"{spec} has {len(ids)} tokens, fewer than the {n_tokens} needed; "
                              f"choose another {kind} document")
@@ -124,7 +140,7 @@ def load_document(spec: str, tokenizer, n_tokens: int, *, prefill_tokens: int | 
 
 
 def _haystack_tokens(module: str, tokenizer, need: int) -> np.ndarray:
-    parts = [tokenizer.encode(module_docstrings(module))]
+    parts = [np.r_[_prefix(tokenizer), tokenizer.encode(module_docstrings(module))].astype(np.int64)]
     total = len(parts[0])
     for m in HAYSTACK_FALLBACK:
         if total >= need:
@@ -135,7 +151,8 @@ def _haystack_tokens(module: str, tokenizer, need: int) -> np.ndarray:
         total += len(parts[-1])
     ids = np.concatenate(parts)
     if len(ids) < need:
-        raise ValueError(f"haystack for {module!r} too short ({len(ids)} < {need} tokens)")
+        raise ValueError(f"haystack for {module!r} too short ({len(ids)} < {need} tokens, with the fallback "
+                         f"modules {', '.join(HAYSTACK_FALLBACK)})")
     return ids
 
 

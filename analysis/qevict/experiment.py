@@ -17,7 +17,7 @@ from .tokenizer import load_tokenizer
 
 
 def policy_config(p: dict) -> PolicyConfig:
-    return PolicyConfig(window=p["window_tokens"], group=p["group_size"], head_dim=64,
+    return PolicyConfig(window=p["window_tokens"], group=p["group_size"], head_dim=p.get("head_dim", 64),
                         sink_windows=p["sink_windows"], qbits=p["qevict_bits"], full_share=p["full_share"],
                         score_decay=p["score_decay"], snap_obs_tokens=p["snap_obs_tokens"],
                         snap_kernel=p["snap_kernel"])

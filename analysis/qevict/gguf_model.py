@@ -273,7 +273,8 @@ class LlamaModel:
 
     # ------------------------------------------------------------------ decode
     def decode_step(self, token: int, pos: int, cache, *, return_probs: bool = False):
-        """One teacher-forced decode step for ``B`` cache streams in lockstep.
+        """One decode step for ``B`` cache streams in lockstep (``token``: one id for all streams,
+        teacher-forced, or a (B,) array: one per stream).
 
         ``cache`` implements ``append(layer, k, v, pos)`` with k, v of shape (B, Hkv, hd) and
         ``attend(layer, q, pos)`` -> (out (B, H, hd), probs (B, Hkv, g, pos+1)).

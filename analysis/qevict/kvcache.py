@@ -7,14 +7,23 @@ window the cache holds a tier:
 * ``QUANT`` (1): KIVI-quantized values (the attention reads their dequantized values),
 * ``EVICTED`` (2): gone; masked out of attention, never readable again.
 
-The prompt (prefill) K/V is identical for every stream and is stored once (``Kp``), together
-with its quantize-dequantized copy at each bit width in use (``Kq[bits]``, also shared: KIVI
-quantization of a window is deterministic); tokens decoded afterwards differ between streams
-(their hidden states differ) and are stored per stream, exact (``Kd``) and as read (``Kdh``).
-The exact copies model the cold tier (host DRAM / SSD) from which a quantized window may be
-recalled at full precision.  For every stream, layer, head and token the cache knows whether the
-attention reads the exact or the dequantized value (``lossy``) and whether it is masked (evicted),
-so the attention over the shared prompt is a few large matrix products for all streams at once.
+**Shared tensors.** The prompt (prefill) K/V is identical for every stream and is stored once
+(``Kp``), together with its quantize-dequantized copy at each bit width in use (``Kq[bits]``,
+also shared: KIVI quantization of a window is deterministic).  Tokens decoded afterwards differ
+between streams (their hidden states differ) and are stored per stream, exact (``Kd``) and as
+read (``Kdh``).  The exact copies model the cold tier (host DRAM / SSD) from which a quantized
+window may be recalled at full precision.
+
+**The decode engine** (:meth:`MultiStreamCache.attend`) reads each distinct prompt tensor once per
+step: per (layer, block of keys) one GEMM of *all* streams' queries against the shared exact keys,
+one GEMM per bit width of that bit width's streams against its dequantized keys, a per-stream
+selection (``np.copyto(..., where=lossy)``) and an additive ``-inf`` mask for evicted tokens; the
+values likewise.  Streams are kept internally sorted by bit width so that each bit width's rows are
+one contiguous slice (no copies).  Keys are processed in blocks of ``block`` tokens with an online
+(running-maximum) softmax, so the score matrix of a block stays in cache and memory stays bounded
+however long the context.  Bytes read per step: about (1 + number of bit widths) x the prompt
+cache, plus each stream's own decoded tokens (which cannot be shared).  :meth:`attend_reference`
+is an independent per-stream implementation (slow) that the tests compare against.
 
 Two ways to promote a quantized window back to ``FULL``:
 
@@ -52,34 +61,47 @@ DIGEST_BYTES_PER_ELEM = 2  # fp16 min and max of each key channel of a window (Q
 def digest_window_bytes(head_dim: int) -> int:
     """Bytes of one window's key digest (channel-wise min and max, fp16) for one KV head."""
     return 2 * head_dim * DIGEST_BYTES_PER_ELEM
+SCORE_BLOCK_BYTES = 1 << 21  # target size of one block of scores (all streams, one layer)
 
 
 class MultiStreamCache:
     def __init__(self, cfg, n_streams: int, prompt_k, prompt_v, max_tokens: int, window: int,
-                 bits, group: int, record_attention: bool = True):
+                 bits, group: int, record_attention: bool = True, engine: str = "blocked",
+                 block: int | None = None):
         """prompt_k/v: lists over layers of (Hkv, P, hd) arrays; P must be a multiple of ``window``.
-        bits: per stream quantization bit width (0 for streams that never quantize)."""
+        bits: per stream quantization bit width (0 for streams that never quantize).
+        engine: "blocked" (shared-tensor GEMMs, online softmax over key blocks) or "reference"
+        (one stream at a time, for tests).  block: keys per block (default: ~2 MiB of scores)."""
         L, Hkv, hd = cfg.n_layers, cfg.n_kv_heads, cfg.head_dim
         P = prompt_k[0].shape[1]
         if P % window:
             raise ValueError(f"prefill length {P} must be a multiple of the window size {window}")
         if max_tokens > cfg.context_length:
             raise ValueError(f"{max_tokens} tokens exceed the model context {cfg.context_length}")
+        if engine not in ("blocked", "reference"):
+            raise ValueError(f"engine must be 'blocked' or 'reference', got {engine!r}")
         self.cfg, self.B, self.L, self.Hkv, self.hd, self.g = cfg, n_streams, L, Hkv, hd, cfg.group
-        self.W, self.P, self.group = window, P, group
+        self.W, self.P, self.group, self.engine = window, P, group, engine
         self.Tmax = -(-max_tokens // window) * window
         self.NW = self.Tmax // window
         self.NWp = P // window
         self.Dmax = self.Tmax - P
-        self.Kp = np.stack(prompt_k)  # (L, Hkv, P, hd) exact
-        self.Vp = np.stack(prompt_v)
+        if block is None:
+            block = SCORE_BLOCK_BYTES // (4 * Hkv * n_streams * self.g)
+        self.block = max(window, int(block) // window * window)
+        self.Kp = np.stack(prompt_k).astype(np.float32, copy=False)  # (L, Hkv, P, hd) exact
+        self.Vp = np.stack(prompt_v).astype(np.float32, copy=False)
         self.Kq, self.Vq = {}, {}  # bits -> (L, Hkv, P, hd) dequantized prompt
+        # per-stream arrays in the *internal* order (streams sorted by bit width): index self.pos[b]
         self.Kd = np.zeros((L, n_streams, Hkv, self.Dmax, hd), np.float32)  # decoded tokens, exact
         self.Vd = np.zeros_like(self.Kd)
         self.Kdh = np.zeros_like(self.Kd)  # decoded tokens as the attention reads them
         self.Vdh = np.zeros_like(self.Kd)
-        self.bias = np.zeros((L, n_streams, Hkv, self.Tmax), np.float32)  # -inf: evicted
-        self.lossy_tok = np.zeros((L, n_streams, Hkv, self.Tmax), bool)
+        self.bias = np.zeros((L, Hkv, n_streams, self.Tmax), np.float32)  # -inf: evicted
+        self.lossy_tok = np.zeros((L, Hkv, n_streams, self.Tmax), bool)
+        self._ev_w = np.zeros((L, Hkv, n_streams, self.NW), bool)
+        self._lz_w = np.zeros((L, Hkv, n_streams, self.NW), bool)
+        # per-stream bookkeeping in the caller's (external) order
         self.tier = np.zeros((n_streams, L, Hkv, self.NW), np.int8)
         self.lossy = np.zeros((n_streams, L, Hkv, self.NW), bool)
         self.in_cold = np.zeros((n_streams, L, Hkv, self.NW), bool)
@@ -92,22 +114,32 @@ class MultiStreamCache:
         pk = self.Kp.reshape(L, Hkv, self.NWp, window, hd)
         self.pmin, self.pmax = pk.min(3), pk.max(3)  # (L, Hkv, NWp, hd)
         nwd = max(self.Dmax // window, 1)
-        self.dmin = np.zeros((L, n_streams, Hkv, nwd, hd), np.float32)
+        self.dmin = np.zeros((L, n_streams, Hkv, nwd, hd), np.float32)  # internal stream order
         self.dmax = np.zeros_like(self.dmin)
         self.step_pages = np.full(n_streams, -1, np.int64)
         self.digest_rows = np.zeros(n_streams, bool)
         self.loaded = np.zeros((n_streams, L, Hkv, self.NW), bool)  # windows loaded this step
         self.win_est = np.zeros((L, n_streams, Hkv, self.NW), np.float32)
-        self.set_bits(bits)
         self.length = P
+        self.set_bits(bits)
         self.record_attention = record_attention
         self.win_attn = np.zeros((L, n_streams, Hkv, self.NW), np.float32)  # last step, mean over q heads
 
     def set_bits(self, bits):
-        self.bits = np.broadcast_to(np.asarray(bits, dtype=int), (self.B,)).copy()
+        bits = np.broadcast_to(np.asarray(bits, dtype=int), (self.B,)).copy()
+        order = np.argsort(bits, kind="stable")  # internal row i holds external stream order[i]
+        if hasattr(self, "order") and not np.array_equal(order, self.order) and (
+                self.length > self.P or np.any(self.tier != FULL)):
+            raise ValueError("set_bits must be called before any decoding or tier change")
+        self.bits, self.order = bits, order
+        self.pos = np.empty(self.B, int)
+        self.pos[order] = np.arange(self.B)  # external b -> internal row
+        sb = bits[order]
+        self.groups = [(int(b), int(np.searchsorted(sb, b)), int(np.searchsorted(sb, b, "right")))
+                       for b in sorted(set(int(x) for x in bits if x))]
         self.Q = np.array([quant_window_bytes(self.W, self.hd, int(b), self.group) if b else 0
                            for b in self.bits])
-        for b in set(int(x) for x in self.bits if x):
+        for b, _, _ in self.groups:
             if b not in self.Kq:
                 shp = (self.L, self.Hkv, self.NWp, self.W, self.hd)
                 self.Kq[b] = quantize_keys(self.Kp.reshape(shp), b, self.group).reshape(self.Kp.shape)
@@ -119,11 +151,13 @@ class MultiStreamCache:
 
     # -------------------------------------------------------------- forward-pass interface
     def append(self, layer: int, k: np.ndarray, v: np.ndarray, pos: int):
+        """k, v: (B, Hkv, hd) in the caller's stream order."""
         if pos >= self.Tmax:
             raise ValueError(f"position {pos} beyond cache capacity {self.Tmax}")
         if pos < self.P:
             raise ValueError("decode positions start after the prefill")
         d = pos - self.P
+        k, v = k[self.order], v[self.order]
         self.Kd[layer, :, :, d] = k
         self.Vd[layer, :, :, d] = v
         self.Kdh[layer, :, :, d] = k
@@ -139,66 +173,135 @@ class MultiStreamCache:
             self.length = pos + 1
 
     def attend(self, layer: int, q: np.ndarray, pos: int) -> np.ndarray:
-        """q: (B, H, hd), already scaled.  Returns (B, H, hd).
-
-        Scores over the prompt are computed against the shared exact and dequantized prompt K
-        (one matrix product per KV head for all streams), then each stream picks, token by token,
-        the exact or the dequantized score; decoded tokens use each stream's own K."""
+        """q: (B, H, hd), already scaled, in the caller's stream order.  Returns (B, H, hd)."""
         t = pos + 1
-        P, B, Hkv, g, hd = self.P, self.B, self.Hkv, self.g, self.hd
-        td = t - P
-        qh = q.reshape(B, Hkv, g, hd).transpose(1, 0, 2, 3).reshape(Hkv, B * g, hd)
-        sc = np.empty((Hkv, B * g, t), np.float32)
-        np.matmul(qh, self.Kp[layer].swapaxes(-1, -2), out=sc[:, :, :P])
-        lossy = self.lossy_tok[layer, :, :, :P]  # (B, Hkv, P)
-        sel = {}
-        for b in self.Kq:
-            rows = np.nonzero(self.bits == b)[0]
-            if len(rows) == 0:
-                continue
-            lz = lossy[rows]  # (nb, Hkv, P)
-            if not lz.any():
-                continue
-            qb = q.reshape(B, Hkv, g, hd)[rows].transpose(1, 0, 2, 3)  # (Hkv, nb, g, hd)
-            sq = np.matmul(qb.reshape(Hkv, -1, hd), self.Kq[b][layer].swapaxes(-1, -2))
-            sq = sq.reshape(Hkv, len(rows), g, P)
-            full = sc[:, :, :P].reshape(Hkv, B, g, P)
-            lzt = lz.transpose(1, 0, 2)[:, :, None, :]  # (Hkv, nb, 1, P)
-            full[:, rows] = np.where(lzt, sq, full[:, rows])
-            sel[b] = (rows, lzt)
-        if td > 0:
-            qd = q.reshape(B, Hkv, g, hd)
-            sd = np.matmul(qd, self.Kdh[layer, :, :, :td].swapaxes(-1, -2))  # (B, Hkv, g, td)
-            sc.reshape(Hkv, B, g, t)[..., P:] = sd.transpose(1, 0, 2, 3)
-        s4 = sc.reshape(Hkv, B, g, t)
-        bias = self.bias[layer, :, :, :t]
+        bias = self.bias[layer]  # (Hkv, B internal, Tmax)
         if self.digest_rows.any() or (self.step_pages >= 0).any():
-            bias = self._digest_step(layer, q, t, bias)
-        s4 += bias.transpose(1, 0, 2)[:, :, None, :]
-        s4 -= s4.max(-1, keepdims=True)
-        np.exp(s4, out=s4)
-        s4 /= s4.sum(-1, keepdims=True)
-        if self.record_attention:
-            a = s4.mean(2).transpose(1, 0, 2)  # (B, Hkv, t)
-            nw = -(-t // self.W)
-            self.win_attn[layer, :, :, :nw] = np.add.reduceat(a, np.arange(0, t, self.W), axis=-1)
+            bias = self._digest_step(layer, q, t, bias)  # Quest: this step's loaded windows unmasked
+        if self.engine == "reference":
+            return self.attend_reference(layer, q, pos, bias)
+        P, B, Hkv, g, hd, W = self.P, self.B, self.Hkv, self.g, self.hd, self.W
+        td = t - P
+        Bg = B * g
+        qi = q[self.order].reshape(B, Hkv, g, hd)
+        Q = np.ascontiguousarray(qi.transpose(1, 0, 2, 3)).reshape(Hkv, Bg, hd)
+        m = np.full((Hkv, Bg), -np.inf, np.float32)
+        den = np.zeros((Hkv, Bg), np.float32)
+        acc = np.zeros((Hkv, Bg, hd), np.float32)
+        rec = self.record_attention
+        parts = []  # (window sums (Hkv, B, g, nw), the shift they were computed with (Hkv, Bg))
+        lossy, evw, lzw = self.lossy_tok[layer], self._ev_w[layer], self._lz_w[layer]
+
+        def update(S, S4, values):
+            nonlocal m, den, acc
+            m_new = np.maximum(m, S.max(-1))
+            shift = np.where(np.isfinite(m_new), m_new, np.float32(0))
+            alpha = np.exp(m - shift)
+            S -= shift[..., None]
+            np.exp(S, out=S)
+            den = den * alpha + S.sum(-1)
+            if rec:
+                n = S.shape[-1]
+                if n % W:
+                    ws = np.add.reduceat(S4, np.arange(0, n, W), axis=-1)
+                else:
+                    ws = S4.reshape(Hkv, B, g, n // W, W).sum(-1)
+                parts.append((ws, shift))
+            acc = acc * alpha[..., None] + values(S, S4)
+            m = m_new
+
+        for s in range(0, P, self.block):
+            e = min(P, s + self.block)
+            n, w0, w1 = e - s, s // W, e // W
+            S = np.matmul(Q, self.Kp[layer, :, s:e].swapaxes(-1, -2))  # (Hkv, Bg, n)
+            S4 = S.reshape(Hkv, B, g, n)
+            lz_groups = []
+            for b, r0, r1 in self.groups:
+                if not lzw[:, r0:r1, w0:w1].any():
+                    continue
+                Sq = np.matmul(Q[:, r0 * g:r1 * g], self.Kq[b][layer, :, s:e].swapaxes(-1, -2))
+                lz = lossy[:, r0:r1, None, s:e]
+                np.copyto(S4[:, r0:r1], Sq.reshape(Hkv, r1 - r0, g, n), where=lz)
+                lz_groups.append((b, r0, r1, lz))
+            if evw[:, :, w0:w1].any():
+                S4 += bias[:, :, None, s:e]
+
+            def values(S, S4, s=s, e=e, lz_groups=lz_groups):
+                quant = []
+                for b, r0, r1, lz in lz_groups:  # split each row's weights into exact and dequantized
+                    Pq = S4[:, r0:r1] * lz
+                    S4[:, r0:r1] -= Pq
+                    quant.append((b, r0, r1, Pq))
+                o = np.matmul(S, self.Vp[layer, :, s:e])
+                o4 = o.reshape(Hkv, B, g, hd)
+                for b, r0, r1, Pq in quant:
+                    o4[:, r0:r1] += np.matmul(Pq.reshape(Hkv, -1, e - s), self.Vq[b][layer, :, s:e]).reshape(
+                        Hkv, r1 - r0, g, hd)
+                return o
+
+            update(S, S4, values)
+        if td > 0:  # each stream's own decoded tokens
+            Sd = np.matmul(qi, self.Kdh[layer, :, :, :td].swapaxes(-1, -2))  # (B, Hkv, g, td)
+            S = np.ascontiguousarray(Sd.transpose(1, 0, 2, 3))  # (Hkv, B, g, td)
+            if evw[:, :, self.NWp:].any():
+                S += bias[:, :, None, P:t]
+            S4, S = S, S.reshape(Hkv, Bg, td)
+
+            def values(S, S4):
+                pd = S4.transpose(1, 0, 2, 3)  # (B, Hkv, g, td)
+                o = np.matmul(pd, self.Vdh[layer, :, :, :td])  # (B, Hkv, g, hd)
+                return o.transpose(1, 0, 2, 3).reshape(Hkv, Bg, hd)
+
+            update(S, S4, values)
+        out = (acc / den[..., None]).reshape(Hkv, B, g, hd).transpose(1, 0, 2, 3)  # internal order
+        if rec:
+            wins = []
+            for ws, shift in parts:
+                f = (np.exp(shift - m) / den).reshape(Hkv, B, g, 1)
+                wins.append((ws * f).mean(2))
+            wa = np.concatenate(wins, -1).transpose(1, 0, 2)  # (B, Hkv, nw)
+            nw = wa.shape[-1]
+            self.win_attn[layer, :, :, :nw] = wa[self.pos]
             self.win_attn[layer, :, :, nw:] = 0
-        pp = s4[..., :P]
-        if sel:
-            exact = pp.copy()
-            out = np.zeros((Hkv, B, g, hd), np.float32)
-            for b, (rows, lzt) in sel.items():
-                pq = np.where(lzt, exact[:, rows], 0.0).astype(np.float32)
-                exact[:, rows] = np.where(lzt, 0.0, exact[:, rows])
-                out[:, rows] += np.matmul(pq.reshape(Hkv, -1, P), self.Vq[b][layer]).reshape(Hkv, len(rows), g, hd)
-            out += np.matmul(exact.reshape(Hkv, B * g, P), self.Vp[layer]).reshape(Hkv, B, g, hd)
-        else:
-            out = np.matmul(np.ascontiguousarray(pp).reshape(Hkv, B * g, P), self.Vp[layer]).reshape(Hkv, B, g, hd)
-        out = out.transpose(1, 0, 2, 3)  # (B, Hkv, g, hd)
-        if td > 0:
-            pd = s4[..., P:].transpose(1, 0, 2, 3)  # (B, Hkv, g, td)
-            out = out + np.matmul(pd, self.Vdh[layer, :, :, :td])
-        return out.reshape(B, Hkv * g, hd)
+        return out[self.pos].reshape(B, Hkv * g, hd)
+
+    def read_all(self, b: int, layer: int, t: int, bias: np.ndarray | None = None):
+        """K, V (Hkv, t, hd) as stream ``b`` reads them and its mask (Hkv, t) (0 or -inf); ``bias``:
+        the layer's mask (Hkv, B internal, >= t) to use instead of the stored one."""
+        ib = self.pos[b]
+        P = self.P
+        K = np.empty((self.Hkv, t, self.hd), np.float32)
+        V = np.empty_like(K)
+        K[:, :P], V[:, :P] = self.Kp[layer], self.Vp[layer]
+        bits = int(self.bits[b])
+        if bits:
+            lz = self.lossy_tok[layer, :, ib, :P, None]
+            K[:, :P] = np.where(lz, self.Kq[bits][layer], K[:, :P])
+            V[:, :P] = np.where(lz, self.Vq[bits][layer], V[:, :P])
+        K[:, P:] = self.Kdh[layer, ib, :, : t - P]
+        V[:, P:] = self.Vdh[layer, ib, :, : t - P]
+        bias = self.bias[layer] if bias is None else bias
+        return K, V, bias[:, ib, :t]
+
+    def attend_reference(self, layer: int, q: np.ndarray, pos: int,
+                         bias: np.ndarray | None = None) -> np.ndarray:
+        """The same attention, one stream and one KV head at a time, two-pass softmax (``bias``: the
+        mask :meth:`attend` computed for this step, with Quest's loaded windows unmasked)."""
+        t = pos + 1
+        g, W = self.g, self.W
+        out = np.empty((self.B, self.Hkv * g, self.hd), np.float32)
+        for b in range(self.B):
+            K, V, mask = self.read_all(b, layer, t, bias)
+            for h in range(self.Hkv):
+                s = q[b, h * g:(h + 1) * g] @ K[h].T + mask[h]
+                p = np.exp(s - s.max(-1, keepdims=True))
+                p /= p.sum(-1, keepdims=True)
+                out[b, h * g:(h + 1) * g] = p @ V[h]
+                if self.record_attention:
+                    nw = -(-t // W)
+                    self.win_attn[layer, b, h, :nw] = np.add.reduceat(p.mean(0), np.arange(0, t, W))
+                    self.win_attn[layer, b, h, nw:] = 0
+        return out
 
     def _bound(self, layer: int, q: np.ndarray, rows: np.ndarray, nw: int) -> np.ndarray:
         """Upper bound of the logit of any key of each window ``< nw`` for the queries of streams
@@ -217,14 +320,16 @@ class MultiStreamCache:
         out[..., :k] = bp.reshape(Hkv, nb, g, k).transpose(1, 0, 2, 3)
         if nw > nwp:
             nd = nw - nwp
-            dmx = self.dmax[layer, rows, :, :nd]  # (nb, Hkv, nd, hd)
-            dmn = self.dmin[layer, rows, :, :nd]
+            dmx = self.dmax[layer, self.pos[rows], :, :nd]  # (nb, Hkv, nd, hd)
+            dmn = self.dmin[layer, self.pos[rows], :, :nd]
             out[..., nwp:] = np.matmul(qp, dmx.swapaxes(-1, -2)) + np.matmul(qn, dmn.swapaxes(-1, -2))
         return out.max(2)
 
     def _digest_step(self, layer: int, q: np.ndarray, t: int, bias: np.ndarray) -> np.ndarray:
         """ArkVale-style window estimates (``win_est``) and Quest page selection: returns the
-        attention bias (B, Hkv, t) with the windows loaded this step unmasked (a copy if changed)."""
+        attention bias (Hkv, B internal, t) with the windows loaded this step unmasked (a copy if
+        changed).  ``q`` and the bookkeeping (``tier``, ``loaded``, ``win_est``) are in the caller's
+        stream order; ``bias`` in the internal one."""
         W, copied = self.W, False
         nw = -(-t // W)
         nc = t // W  # closed windows (the window holding token t-1 is open unless t % W == 0)
@@ -261,39 +366,41 @@ class MultiStreamCache:
             self.loaded[b, layer, :, nc:] = False
             if sel.any():  # the loaded windows are attended exactly this step
                 if not copied:
-                    bias, copied = bias.copy(), True
+                    bias, copied = bias[:, :, :t].copy(), True
                 tok = np.zeros((self.Hkv, t), bool)
                 tok[:, :nc * W] = np.repeat(sel, W, axis=-1)
-                bias[b][tok] = 0.0
+                row = bias[:, self.pos[b], :t]  # a view
+                row[tok] = 0.0
         return bias
 
     # -------------------------------------------------------------- tiers
+    def _dec_view(self, X):
+        return X.reshape(self.L, self.B, self.Hkv, self.Dmax // self.W, self.W, self.hd)
+
     def _hot_blocks(self, l, b, h, w):
-        """Current (as read) K and V blocks (n, W, hd)."""
+        """Current (as read) K and V blocks (n, W, hd) of windows (l, b, h, w), b external."""
         n = len(l)
         Kh = np.empty((n, self.W, self.hd), np.float32)
         Vh = np.empty_like(Kh)
         pm = w < self.NWp
         if pm.any():
-            bits = int(self.bits[b[pm][0]]) if self.bits[b[pm]].any() else 0
             Kp = self.Kp.reshape(self.L, self.Hkv, self.NWp, self.W, self.hd)
             Vp = self.Vp.reshape(self.L, self.Hkv, self.NWp, self.W, self.hd)
             Kh[pm] = Kp[l[pm], h[pm], w[pm]]
             Vh[pm] = Vp[l[pm], h[pm], w[pm]]
             lz = self.lossy[b[pm], l[pm], h[pm], w[pm]]
-            if lz.any():
+            for bits in set(int(x) for x in self.bits[b[pm][lz]]):
+                idx = np.nonzero(pm)[0][lz]
+                idx = idx[self.bits[b[idx]] == bits]
                 Kq = self.Kq[bits].reshape(Kp.shape)
                 Vq = self.Vq[bits].reshape(Vp.shape)
-                idx = np.nonzero(pm)[0][lz]
                 Kh[idx] = Kq[l[idx], h[idx], w[idx]]
                 Vh[idx] = Vq[l[idx], h[idx], w[idx]]
         dm = ~pm
         if dm.any():
-            nwd = self.Dmax // self.W
-            Kd = self.Kdh.reshape(self.L, self.B, self.Hkv, nwd, self.W, self.hd)
-            Vd = self.Vdh.reshape(self.L, self.B, self.Hkv, nwd, self.W, self.hd)
-            Kh[dm] = Kd[l[dm], b[dm], h[dm], w[dm] - self.NWp]
-            Vh[dm] = Vd[l[dm], b[dm], h[dm], w[dm] - self.NWp]
+            ib = self.pos[b[dm]]
+            Kh[dm] = self._dec_view(self.Kdh)[l[dm], ib, h[dm], w[dm] - self.NWp]
+            Vh[dm] = self._dec_view(self.Vdh)[l[dm], ib, h[dm], w[dm] - self.NWp]
         return Kh, Vh
 
     def read_window(self, b: int, l: int, h: int, w: int):
@@ -308,17 +415,19 @@ class MultiStreamCache:
             sl = slice(w * self.W, (w + 1) * self.W)
             return self.Kp[l, h, sl], self.Vp[l, h, sl]
         sl = slice((w - self.NWp) * self.W, (w - self.NWp + 1) * self.W)
-        return self.Kd[l, b, h, sl], self.Vd[l, b, h, sl]
+        ib = self.pos[b]
+        return self.Kd[l, ib, h, sl], self.Vd[l, ib, h, sl]
 
     def _write_decoded(self, l, b, h, w, K, V):
-        nwd = self.Dmax // self.W
-        self.Kdh.reshape(self.L, self.B, self.Hkv, nwd, self.W, self.hd)[l, b, h, w - self.NWp] = K
-        self.Vdh.reshape(self.L, self.B, self.Hkv, nwd, self.W, self.hd)[l, b, h, w - self.NWp] = V
+        ib = self.pos[b]
+        self._dec_view(self.Kdh)[l, ib, h, w - self.NWp] = K
+        self._dec_view(self.Vdh)[l, ib, h, w - self.NWp] = V
 
     def _set_lossy(self, b, l, h, w, value: bool):
         self.lossy[b, l, h, w] = value
-        lt = self.lossy_tok.reshape(self.L, self.B, self.Hkv, self.NW, self.W)
-        lt[l, b, h, w] = value
+        ib = self.pos[b]
+        self.lossy_tok.reshape(self.L, self.Hkv, self.B, self.NW, self.W)[l, h, ib, w] = value
+        self._lz_w[l, h, ib, w] = value
 
     def set_tiers(self, b: int, new: np.ndarray, promote: str = "recall"):
         """Move stream ``b`` to tiers ``new`` (L, Hkv, NW).
@@ -341,7 +450,7 @@ class MultiStreamCache:
                 ld, hd_, wd = l[dec], h[dec], w[dec]
                 bb = np.full(len(ld), b)
                 Kh, Vh = self._hot_blocks(ld, bb, hd_, wd)
-                self._write_decoded(ld, bb, hd_, wd, quantize_keys(Kh, bits, self.group),
+                self._write_decoded(ld, b, hd_, wd, quantize_keys(Kh, bits, self.group),
                                     quantize_values(Vh, bits, self.group))
             # prompt windows read the shared dequantized copy (quantization is idempotent, so a
             # window dequantized in place and quantized again reads the same values)
@@ -357,10 +466,10 @@ class MultiStreamCache:
                 dec = w >= self.NWp
                 if dec.any():
                     ld, hd_, wd = l[dec], h[dec], w[dec]
-                    nwd = self.Dmax // self.W
-                    K = self.Kd.reshape(self.L, self.B, self.Hkv, nwd, self.W, self.hd)[ld, b, hd_, wd - self.NWp]
-                    V = self.Vd.reshape(self.L, self.B, self.Hkv, nwd, self.W, self.hd)[ld, b, hd_, wd - self.NWp]
-                    self._write_decoded(ld, np.full(len(ld), b), hd_, wd, K, V)
+                    ib = self.pos[b]
+                    K = self._dec_view(self.Kd)[ld, ib, hd_, wd - self.NWp]
+                    V = self._dec_view(self.Vd)[ld, ib, hd_, wd - self.NWp]
+                    self._write_decoded(ld, b, hd_, wd, K, V)
                 self._set_lossy(b, l, h, w, False)
                 self.recall_bytes[b] += len(l) * self.F
                 self.recall_transfers[b] += len(l)
@@ -373,8 +482,9 @@ class MultiStreamCache:
         # evictions
         l, h, w = np.nonzero((old != EVICTED) & (new == EVICTED))
         if len(l):
-            bias = self.bias.reshape(self.L, self.B, self.Hkv, self.NW, self.W)
-            bias[l, b, h, w] = -np.inf
+            ib = self.pos[b]
+            self.bias.reshape(self.L, self.Hkv, self.B, self.NW, self.W)[l, h, ib, w] = -np.inf
+            self._ev_w[l, h, ib, w] = True
         self.tier[b] = new
 
     def _offload_moves(self, b: int, old: np.ndarray, new: np.ndarray):
@@ -383,24 +493,26 @@ class MultiStreamCache:
         ``recall_transfers``, ``n_promotions``)."""
         if np.any((old == OFFLOADED) & (new == QUANT)):
             raise ValueError("an offloaded window comes back at full precision (recall), not quantized")
-        bias = self.bias.reshape(self.L, self.B, self.Hkv, self.NW, self.W)
+        bias = self.bias.reshape(self.L, self.Hkv, self.B, self.NW, self.W)
+        ib = self.pos[b]
         l, h, w = np.nonzero((old != OFFLOADED) & (old != EVICTED) & (new == OFFLOADED))
         if len(l):
             fresh = ~self.in_cold[b, l, h, w]
             self.offload_bytes[b] += int(fresh.sum()) * self.F
             self.in_cold[b, l, h, w] = True
-            bias[l, b, h, w] = -np.inf
+            bias[l, h, ib, w] = -np.inf
+            self._ev_w[l, h, ib, w] = True
         l, h, w = np.nonzero((old == OFFLOADED) & (new == FULL))
         if len(l):
             dec = w >= self.NWp
             if dec.any():
                 ld, hd_, wd = l[dec], h[dec], w[dec]
-                nwd = self.Dmax // self.W
-                K = self.Kd.reshape(self.L, self.B, self.Hkv, nwd, self.W, self.hd)[ld, b, hd_, wd - self.NWp]
-                V = self.Vd.reshape(self.L, self.B, self.Hkv, nwd, self.W, self.hd)[ld, b, hd_, wd - self.NWp]
-                self._write_decoded(ld, np.full(len(ld), b), hd_, wd, K, V)
+                K = self._dec_view(self.Kd)[ld, ib, hd_, wd - self.NWp]
+                V = self._dec_view(self.Vd)[ld, ib, hd_, wd - self.NWp]
+                self._write_decoded(ld, b, hd_, wd, K, V)
             self._set_lossy(b, l, h, w, False)
-            bias[l, b, h, w] = 0.0
+            bias[l, h, ib, w] = 0.0
+            self._ev_w[l, h, ib, w] = False
             self.recall_bytes[b] += len(l) * self.F
             self.recall_transfers[b] += len(l)
             self.n_promotions[b] += len(l)

@@ -103,7 +103,8 @@ def stream_list(policies, budgets, include_full: bool = True):
 
 def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policies, budgets,
                  pcfg: PolicyConfig, *, verbose: bool = False, record_tiers: bool = False,
-                 include_full: bool = True, overrides: dict | None = None, extra_streams=()) -> dict:
+                 include_full: bool = True, overrides: dict | None = None, extra_streams=(),
+                 engine: str = "blocked", free_run_spans=()) -> dict:
     """Run all streams on ``tokens`` (at least prefill + decode + 1 tokens).
 
     ``overrides``: {(policy, frac): PolicyConfig} replacing ``pcfg`` for those streams (settings
@@ -118,21 +119,26 @@ def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policie
       on offloaded windows not loaded at that step; ``fmm_evicted`` counts every window the stream
       cannot read at that step (evicted, or offloaded and not loaded),
     * ``hot_bytes``, ``budget_bytes``: (R, B) at each re-decision; ``tier_bytes``: per stream dict
-      at the end; ``recall_bytes``, ``offload_bytes``, ``promotions``, ``fits``: per stream,
+      at the end; ``recall_bytes``, ``offload_bytes``, ``promotions``, ``fits``: per stream;
+      ``argmax``: (D, B) each stream's greedy prediction at each step; ``redecisions`` during decoding,
     * ``device_bytes``, ``offdevice_bytes``, ``step_recall_bytes``, ``step_recall_transfers``: (D, B)
       per decoding step: bytes on the device (tiers, open window, loaded pages, digests), exact copies
       kept off the device, and the bytes and window-head transfers recalled to the device during the
       step (Quest's page loads, and the recalls of the re-decision that follows the step).
+
+    ``free_run_spans``: [(start, end)] document token ranges (e.g. needle answers) decoded
+    free-running: inside them each stream reads back its own previous prediction instead of the
+    document's token (greedy generation), so the answer scored is the one the stream generated.
     """
-    cfg = model.cfg
+    cfg = getattr(model, "kv_cfg", model.cfg)  # the layers the policies manage (Gemma: the global ones)
     tokens = np.asarray(tokens, dtype=np.int64)
     P, D, W = int(prefill_tokens), int(decode_tokens), pcfg.window
     if P % W:
         raise ValueError(f"prefill_tokens ({P}) must be a multiple of the window ({W})")
+    if P + D > cfg.context_length:  # before any work
+        raise ValueError(f"prefill + decode = {P + D} exceeds the model context {cfg.context_length}")
     if len(tokens) < P + D + 1:
         raise ValueError(f"document has {len(tokens)} tokens, needs prefill + decode + 1 = {P + D + 1}")
-    if P + D > cfg.context_length:
-        raise ValueError(f"prefill + decode = {P + D} exceeds the model context {cfg.context_length}")
     streams = stream_list(policies, budgets, include_full)
     overrides = overrides or {}
     cfgs = [overrides.get((p, f), pcfg) for p, f in streams]
@@ -148,7 +154,10 @@ def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policie
     stats = window_stats(cap, Hkv, W, pcfg.snap_kernel)
     t_prefill = time.perf_counter() - t0
     cache = MultiStreamCache(cfg, B, pre["k"], pre["v"], P + D, W,
-                             bits=[0] * B, group=pcfg.group)
+                             bits=[0] * B, group=pcfg.group, engine=engine)
+    if hasattr(model, "attach_local"):  # sliding-window layers keep their own window per stream
+        model.attach_local(cache, pre)
+    del pre
     NW = cache.NW
     pols = [make_policy(p, f, c, L, Hkv, NW) for (p, f), c in zip(streams, cfgs)]
     cache.set_bits([p.bits for p in pols])
@@ -157,6 +166,7 @@ def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policie
         p.init(stats)
 
     hot, budget = [], []
+    n_redecide = [0]
 
     def redecide(nc):
         h_row, b_row = [], []
@@ -178,6 +188,12 @@ def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policie
     nll = np.zeros((D, B))
     top1 = np.zeros((D, B), bool)
     correct = np.zeros((D, B), bool)
+    argmax = np.zeros((D, B), np.int64)
+    free = np.zeros(len(tokens), bool)
+    for a_, b_ in free_run_spans:
+        if a_ <= P:
+            raise ValueError(f"free-running span {a_}:{b_} must start after the prefill ({P})")
+        free[a_:b_] = True
     fmm = np.zeros((D, B, L), np.float32)
     fmm_ev = np.zeros((D, B, L), np.float32)
     fmm_q = np.zeros((D, B, L), np.float32)
@@ -193,7 +209,8 @@ def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policie
         for s in range(D):
             pos = P + s
             rb0, rn0 = cache.recall_bytes.copy(), cache.recall_transfers.copy()
-            logits = model.decode_step(int(tokens[pos]), pos, cache).astype(np.float64)
+            token = argmax[s - 1] if free[pos] else int(tokens[pos])  # own prediction inside a span
+            logits = model.decode_step(token, pos, cache).astype(np.float64)
             lp = logits - logits.max(-1, keepdims=True)
             lp -= np.log(np.exp(lp).sum(-1, keepdims=True))
             p0 = np.exp(lp[0])
@@ -201,6 +218,7 @@ def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policie
             tgt = int(tokens[pos + 1])
             nll[s] = -lp[:, tgt]
             am = logits.argmax(-1)
+            argmax[s] = am
             top1[s] = am == am[0]
             correct[s] = am == tgt
             A = cache.win_attn[:, 0]  # (L, Hkv, NW) full-cache attention
@@ -224,10 +242,12 @@ def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policie
                     p.observe_estimate(cache.win_est[:, b])
             if (pos + 1) % W == 0 and s < D - 1:
                 redecide((pos + 1) // W)
+                n_redecide[0] += 1
             st_rb[s] = cache.recall_bytes - rb0
             st_rn[s] = cache.recall_transfers - rn0
             if verbose and (s + 1) % 32 == 0:
-                print(f"  step {s + 1}/{D}: {(time.perf_counter() - t1) / (s + 1) * 1e3:.0f} ms/step", flush=True)
+                ms = (time.perf_counter() - t1) / (s + 1) * 1e3
+                print(f"  step {s + 1}/{D}: {ms:.0f} ms/step", flush=True)
 
     t1 = time.perf_counter()
     with _blas_threads(DECODE_BLAS_THREADS):
@@ -243,6 +263,7 @@ def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policie
         tier_bytes=[cache.tier_bytes(b, nc_end) for b in range(B)],
         recall_bytes=cache.recall_bytes.copy(), offload_bytes=cache.offload_bytes.copy(),
         promotions=cache.n_promotions.copy(), fits=np.array([p.fits for p in pols]),
+        redecisions=n_redecide[0], argmax=argmax, free_run_spans=list(free_run_spans),
         full_bytes_end=float(nc_end * cache.F * L * Hkv), prefill_tokens=P, decode_tokens=D, window=W,
         seconds_prefill=t_prefill, seconds_decode=time.perf_counter() - t1,
     )
@@ -260,7 +281,8 @@ def run_document_cached(model, tokens, prefill_tokens, decode_tokens, policies, 
     tokens = np.asarray(tokens, dtype=np.int64)[: prefill_tokens + decode_tokens + 1]
     inputs = dict(tokens=hashlib.sha256(tokens.tobytes()).hexdigest(), P=int(prefill_tokens),
                   D=int(decode_tokens), policies=list(policies), budgets=[float(b) for b in budgets],
-                  pcfg=dataclasses.asdict(pcfg), model=file_sha256(model.gguf_file) if model.gguf_file else None)
+                  pcfg=dataclasses.asdict(pcfg),
+                  model=file_sha256(model.gguf_file) if model.gguf_file else None)
     if overrides:
         inputs["overrides"] = sorted([p, float(f), dataclasses.asdict(c)] for (p, f), c in overrides.items())
     if extra_streams:

@@ -95,11 +95,12 @@ def search(params: dict, tuning_documents=TUNING_DOCUMENTS, n_candidates: int = 
             for i, c in enumerate(cs):
                 extra.append((p, f, dataclasses.replace(base, **c)))
                 keys.append((p, f, i))
-    rows = []
+    rows, doc_sha = [], {}
     t0 = time.perf_counter()
     for spec in tuning_documents:
         doc = load_document(spec, tok, P + D + 1, prefill_tokens=P, n_needles=params["n_needles"],
                             n_queries=params["n_queries"], seed=params["seed"])
+        doc_sha[spec] = doc.sha256
         res = run_document_cached(model, doc.tokens, P, D, ["full"], [], base, extra_streams=extra,
                                   verbose=verbose)
         kl = res["kl"].mean(0)
@@ -123,7 +124,7 @@ def search(params: dict, tuning_documents=TUNING_DOCUMENTS, n_candidates: int = 
                 prefill_tokens=P, decode_tokens=D, budgets=budgets,
                 defaults={k: getattr(base, k) for k in SEARCH_SPACE},
                 candidates={p: cs for p, cs in cands.items()}, table=t.to_dict(orient="records"),
-                seconds=time.perf_counter() - t0)
+                seconds=time.perf_counter() - t0, inputs=_inputs(doc_sha))
 
 
 def _provenance(command: str) -> dict:
@@ -163,23 +164,75 @@ def load(path: str | Path = DEFAULT_PATH) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"no tuned settings at {path}; run the search first: "
                                 f"python -m analysis.qevict.tuning --out {path}")
+    from analysis.artifacts import trace_read
+
+    trace_read(path)
     return json.loads(path.read_text())
 
 
-# What the frozen settings depend on: the policies' logic, the quantizer and the documents.  The engine
-# (kvcache.py, runner.py, gguf_model.py) is excluded: its rewrites are tested to give the same results.
+# What the frozen settings depend on: the policies' logic, the quantizer (hashed with
+# analysis.artifacts.code_hash) and the tokens of the tuning documents (their sha256, which covers the
+# corpus code, the tokenizer and the text that ships with Python).  The engine (kvcache.py, runner.py,
+# gguf_model.py) is excluded: its rewrites are tested to give the same results.  corpora.py as a whole
+# is not an input: a change that leaves the tuning documents' tokens alone (e.g. new documents) does not
+# make the settings stale, one that changes them does.
+DEPENDS_ON_MODULES = ("analysis.qevict.policies", "analysis.qevict.quant")
+# the files the settings were keyed on before they recorded their inputs (git diff since the commit)
 DEPENDS_ON = ("analysis/qevict/policies.py", "analysis/qevict/quant.py", "analysis/qevict/corpora.py")
 
 
+def _inputs(doc_sha: dict) -> dict:
+    from analysis.artifacts import code_hash
+
+    return dict(modules=list(DEPENDS_ON_MODULES), code_hash=code_hash(DEPENDS_ON_MODULES),
+                documents=dict(doc_sha))
+
+
+def document_hashes(tuning_documents, prefill_tokens: int, decode_tokens: int) -> dict:
+    """{spec: sha256 of its tokens} of the tuning documents as :func:`search` loads them now (chapter
+    4's defaults for the needle count, questions and seed)."""
+    from .corpora import load_document
+    from .params import PARAMS
+    from .tokenizer import load_tokenizer
+
+    p = {k: v.default for k, v in PARAMS.items()}
+    tok = load_tokenizer()
+    P, D = int(prefill_tokens), int(decode_tokens)
+    out = {}
+    for spec in tuning_documents:
+        try:
+            out[spec] = load_document(spec, tok, P + D + 1, prefill_tokens=P, n_needles=p["n_needles"],
+                                      n_queries=p["n_queries"], seed=p["seed"]).sha256
+        except (ValueError, OSError) as e:  # a document that no longer loads is not the one searched on
+            out[spec] = f"cannot be loaded: {e}"
+    return out
+
+
 def stale_reasons(tuned: dict) -> list[str] | None:
-    """Why the frozen settings no longer match the code (empty: current; None: cannot tell, no git):
-    files of :data:`DEPENDS_ON` changed since the recorded commit, or another search space or set of
-    tuning documents than the recorded ones."""
+    """Why the frozen settings no longer match their inputs (empty: current; None: cannot tell):
+    another search space or set of tuning documents than the recorded ones; policies.py or quant.py
+    hashing differently from the recorded code hash (:func:`analysis.artifacts.code_hash`); a tuning
+    document whose tokens differ from the recorded sha256.  Settings written before their inputs
+    were recorded fall back to ``git diff`` of :data:`DEPENDS_ON` since the recorded commit."""
     out = []
     if tuned.get("search_space") != SEARCH_SPACE:
         out.append("the search space changed")
     if tuned.get("tuning_documents") != list(TUNING_DOCUMENTS):
         out.append("the tuning documents changed")
+    inputs = tuned.get("inputs")
+    if inputs is not None:
+        from analysis.artifacts import code_hash
+
+        missing = set(DEPENDS_ON_MODULES) - set(inputs.get("modules", []))
+        if missing:
+            out.append(f"the recorded inputs do not cover {', '.join(sorted(missing))}")
+        elif code_hash(inputs["modules"]) != inputs.get("code_hash"):
+            out.append(f"{', '.join(inputs['modules'])} changed since the search (code hash)")
+        now = document_hashes(tuned["tuning_documents"], tuned["prefill_tokens"], tuned["decode_tokens"])
+        rec = inputs.get("documents", {})
+        out += [f"tuning document {s} has other tokens than those searched on" for s in now
+                if now[s] != rec.get(s)]
+        return out
     root = Path(__file__).resolve().parents[2]
     commit = tuned.get("provenance", {}).get("commit", "unknown")
     try:

@@ -1,0 +1,197 @@
+"""Committed results of runs too long for the book build, with provenance and stale detection.
+
+An artifact is a folder ``results/<name>/`` holding tidy CSV tables and ``provenance.json``:
+the commit it was computed at (and whether the tree had uncommitted changes), a hash of the source
+of the modules it depends on, the date (UTC), the machine (CPU, cores, memory, load average), the
+command that reproduces it, the wall time, its parameters and the sha256 of every table.
+
+A chapter reads an artifact with :func:`read_artifact`; it is **stale** when the current source of
+any module it depends on hashes differently from what it was computed with, or when a table no
+longer matches its recorded sha256 (edited by hand).  The chapter shows the flag;
+``tests/test_artifacts.py`` fails on a stale artifact.  Writing is atomic: the folder is built as
+``results/<name>.partial`` and replaces the old one only when complete.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import importlib.util
+import json
+import os
+import platform
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def results_dir() -> Path:
+    return Path(os.environ.get("KVBOOK_RESULTS", REPO_ROOT / "results"))
+
+
+def trace_read(path: Path) -> None:
+    """Record the read of an in-repo file for the check that chapters' cache keys cover what they
+    read (``KVBOOK_TRACE_READS``, :mod:`analysis.data`, :mod:`analysis.deps`)."""
+    from .data import _trace_read
+
+    try:
+        rel = Path(path).resolve().relative_to(REPO_ROOT.resolve()).as_posix()
+    except ValueError:
+        return  # outside the repository (KVBOOK_RESULTS elsewhere): not part of any key
+    _trace_read(rel)
+
+
+def _module_files(module: str) -> list[Path]:
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError(f"module {module!r} not found")
+    if spec.submodule_search_locations:  # a package: every .py below it
+        return sorted(p for loc in spec.submodule_search_locations for p in Path(loc).rglob("*.py"))
+    return [Path(spec.origin)]
+
+
+def code_hash(modules) -> str:
+    """sha256 over the names and source bytes of ``modules`` (dotted names; a package means all
+    its files), independent of the order they are given in."""
+    h = hashlib.sha256()
+    for m in sorted(set(modules)):
+        for f in _module_files(m):
+            h.update(m.encode() + b"\0" + f.name.encode() + b"\0")
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def _git(*args) -> str:
+    try:
+        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=30,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def machine_info() -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = None
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        pass
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    return dict(cpu=cpu, cores=os.cpu_count(), memory_bytes=mem, system=platform.system(),
+                python=platform.python_version(), loadavg=list(load) if load else None)
+
+
+def _sha_file(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def write_artifact(name: str, tables: dict, *, modules, command: str, wall_seconds: float, params=None,
+                   notes: str = "", extra: dict | None = None) -> Path:
+    """Write ``tables`` ({table name: DataFrame}) and their provenance to ``results/<name>/``."""
+    if not name or "/" in name or name.startswith("."):
+        raise ValueError(f"bad artifact name {name!r}")
+    if not tables:
+        raise ValueError("an artifact needs at least one table")
+    root = results_dir()
+    final, tmp = root / name, root / f"{name}.partial"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    try:
+        shas = {}
+        for t, df in tables.items():
+            p = tmp / f"{t}.csv"
+            df.to_csv(p, index=False)
+            shas[t] = _sha_file(p)
+        prov = dict(
+            name=name, commit=_git("rev-parse", "HEAD"),
+            dirty=bool(_git("status", "--porcelain", "--", "analysis")),
+            modules=sorted(set(modules)), code_hash=code_hash(modules),
+            date=_dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
+            machine=machine_info(), command=command, wall_seconds=round(float(wall_seconds), 1),
+            params=params or {}, tables=shas, notes=notes, **(extra or {}))
+        (tmp / "provenance.json").write_text(json.dumps(prov, indent=1, default=str) + "\n")
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return final
+
+
+@dataclass
+class Artifact:
+    name: str
+    tables: dict
+    provenance: dict
+    stale_reasons: list
+
+    @property
+    def stale(self) -> bool:
+        return bool(self.stale_reasons)
+
+    def describe(self) -> str:
+        """One line for a chapter: where the numbers come from, when, and whether they are stale."""
+        p = self.provenance
+        m = p.get("machine", {})
+        load = m.get("loadavg")
+        s = (f"results/{self.name}, computed {p.get('date', '?')} at commit {str(p.get('commit', '?'))[:10]}"
+             f"{' (uncommitted changes)' if p.get('dirty') else ''} on {m.get('cores', '?')} cores of "
+             f"{m.get('cpu', '?')}"
+             f"{f' (load {load[0]:.1f})' if load else ''} in {p.get('wall_seconds', 0) / 60:.1f} min; "
+             f"reproduce with `{p.get('command', '?')}`")
+        if self.stale:
+            s = "**STALE** (" + "; ".join(self.stale_reasons) + "): " + s
+        return s
+
+
+def stale_reasons(name: str, prov: dict) -> list:
+    out = []
+    try:
+        now = code_hash(prov.get("modules", []))
+    except ModuleNotFoundError as e:
+        now = None
+        out.append(str(e))
+    if now is not None and now != prov.get("code_hash"):
+        out.append("the code it depends on has changed since (" + ", ".join(prov.get("modules", [])) + ")")
+    for t, sha in prov.get("tables", {}).items():
+        p = results_dir() / name / f"{t}.csv"
+        if not p.is_file():
+            out.append(f"table {t}.csv missing")
+        elif _sha_file(p) != sha:
+            out.append(f"table {t}.csv edited after it was computed")
+    return out
+
+
+def read_artifact(name: str) -> Artifact:
+    d = results_dir() / name
+    pj = d / "provenance.json"
+    if not pj.is_file():
+        have = sorted(p.name for p in results_dir().glob("*") if (p / "provenance.json").is_file())
+        have_s = ", ".join(have) or "none"
+        raise FileNotFoundError(f"no artifact {name!r} in {results_dir()} (have: {have_s}); "
+                                f"`make long` computes the long-run artifacts")
+    prov = json.loads(pj.read_text())
+    trace_read(pj)
+    tables = {}
+    for t in prov.get("tables", {}):
+        if (d / f"{t}.csv").is_file():
+            tables[t] = pd.read_csv(d / f"{t}.csv")
+            trace_read(d / f"{t}.csv")
+    return Artifact(name, tables, prov, stale_reasons(name, prov))
+
+
+def list_artifacts() -> list:
+    return sorted(p.parent.name for p in results_dir().glob("*/provenance.json"))

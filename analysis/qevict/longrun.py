@@ -1,0 +1,140 @@
+"""Chapter 4's long-context runs, too long for the book build, as committed artifacts.
+
+    python -m analysis.qevict.longrun sweeps/qevict_long.yaml [--only NAME ...]     (= make long)
+
+Each entry of the YAML's ``runs`` is one artifact ``results/<name>/``: a ``summary`` table (one row
+per document, policy and budget: the outcomes of :func:`analysis.qevict.metrics.summarize_run` plus
+re-decisions and promotions per 1,000 decoding steps) and a ``timings`` table, with provenance
+(:mod:`analysis.artifacts`).  Models: ``smollm2`` (SmolLM2-135M, 8,192-token context) and
+``gemma3-270m`` (Gemma 3 270M, 32,768; the policies manage its global layers).  Bad input is
+rejected before any work: a context above the model's maximum, a document too short.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+
+MODELS = ("smollm2", "gemma3-270m")
+MODULES = ["analysis.qevict.runner", "analysis.qevict.kvcache", "analysis.qevict.policies",
+           "analysis.qevict.quant", "analysis.qevict.corpora", "analysis.qevict.tokenizer",
+           "analysis.qevict.metrics",
+           "analysis.qevict.longrun"]
+MODEL_MODULES = {"smollm2": "analysis.qevict.gguf_model", "gemma3-270m": "analysis.qevict.gemma_model"}
+CONTEXT = {"smollm2": 8192, "gemma3-270m": 32768}
+
+
+def load(model: str):
+    """(model, tokenizer) by name."""
+    from .tokenizer import load_tokenizer
+
+    if model == "smollm2":
+        from .gguf_model import gguf_path, load_model
+
+        return load_model(), load_tokenizer(gguf_path())
+    if model == "gemma3-270m":
+        from .gemma_model import gemma_gguf_path, load_gemma
+
+        return load_gemma(), load_tokenizer(gemma_gguf_path())
+    raise ValueError(f"unknown model {model!r}; models: {', '.join(MODELS)}")
+
+
+def check_run(run: dict) -> dict:
+    """Defaults and the checks that need no model (context length first)."""
+    from .params import PARAMS
+
+    r = dict(run)
+    for k in ("name", "model", "documents", "prefill_tokens", "decode_tokens"):
+        if k not in r:
+            raise ValueError(f"run {run.get('name', '?')!r}: missing {k!r}")
+    if r["model"] not in MODELS:
+        raise ValueError(f"run {r['name']!r}: unknown model {r['model']!r}; models: {', '.join(MODELS)}")
+    for k, p in PARAMS.items():
+        r.setdefault(k, p.default)
+    P, D = int(r["prefill_tokens"]), int(r["decode_tokens"])
+    ctx = CONTEXT[r["model"]]
+    if P + D > ctx:
+        raise ValueError(f"run {r['name']!r}: prefill + decode = {P + D:,} tokens exceed the {ctx:,}-token "
+                         f"context of {r['model']}; lower prefill_tokens or decode_tokens")
+    if P % r["window_tokens"]:
+        raise ValueError(f"run {r['name']!r}: prefill_tokens {P} is not a multiple of window_tokens "
+                         f"{r['window_tokens']}")
+    return r
+
+
+def execute(run: dict, *, verbose: bool = True) -> dict:
+    """Run one entry; returns {table name: DataFrame}."""
+    from .corpora import load_document
+    from .experiment import policy_config
+    from .metrics import summarize_run
+    from .runner import run_document
+
+    r = check_run(run)
+    model, tok = load(r["model"])
+    P, D = int(r["prefill_tokens"]), int(r["decode_tokens"])
+    p = dict(r)
+    p["head_dim"] = model.cfg.head_dim
+    pcfg = policy_config(p)
+    docs = [load_document(s, tok, P + D + 1, prefill_tokens=P, n_needles=r["n_needles"],
+                          n_queries=r["n_queries"], seed=r["seed"])
+            for s in r["documents"]]  # every document is checked before any run
+    rows, times = [], []
+    for doc in docs:
+        if verbose:
+            print(f"[{r['name']}] {doc.spec}: {P:,} + {D:,} tokens, {len(r['policies'])} policies x "
+                  f"{len(r['budgets'])} budgets", flush=True)
+        spans = doc.answers if r.get("free_run") else ()
+        res = run_document(model, doc.tokens, P, D, r["policies"], r["budgets"], pcfg, verbose=verbose,
+                           free_run_spans=spans)
+        s = summarize_run(res, doc.spec, doc.answers)
+        s.insert(0, "model", r["model"])
+        s["redecisions_per_1000"] = res["redecisions"] / D * 1000
+        s["promotions_per_1000"] = s["promotions"] / D * 1000
+        s["free_run"] = bool(len(spans))
+        if len(spans):  # the generated answers, as text, per stream
+            s["generated"] = ["|".join(tok.decode(res["argmax"][a - P - 1:b - P - 1, i]) for a, b in spans)
+                              for i in range(len(res["streams"]))]
+        rows.append(s)
+        times.append(dict(model=r["model"], document=doc.spec, prefill_tokens=P, decode_tokens=D,
+                          streams=len(res["streams"]), seconds_prefill=res["seconds_prefill"],
+                          seconds_decode=res["seconds_decode"], seconds_per_step=res["seconds_decode"] / D))
+    return dict(summary=pd.concat(rows, ignore_index=True), timings=pd.DataFrame(times))
+
+
+def main(argv=None):
+    import yaml
+
+    from analysis.artifacts import code_hash, write_artifact
+
+    ap = argparse.ArgumentParser(description="chapter 4's long-context runs -> results/<name>/")
+    ap.add_argument("config", help="YAML with a list 'runs' (e.g. sweeps/qevict_long.yaml)")
+    ap.add_argument("--only", nargs="*", help="names of the runs to execute (default: all)")
+    a = ap.parse_args(argv)
+    with open(a.config) as fh:
+        runs = yaml.safe_load(fh)["runs"]
+    if a.only:
+        unknown = set(a.only) - {r["name"] for r in runs}
+        if unknown:
+            raise SystemExit(f"unknown run(s) {sorted(unknown)}; runs: {[r['name'] for r in runs]}")
+        runs = [r for r in runs if r["name"] in a.only]
+    for r in runs:
+        check_run(r)  # all runs checked before the first starts
+    for r in runs:
+        t0 = time.perf_counter()
+        modules = MODULES + [MODEL_MODULES[r["model"]]]
+        before = code_hash(modules)  # the code that runs, not the code at the end
+        tables = execute(r)
+        if code_hash(modules) != before:
+            raise SystemExit(f"{r['name']}: the code changed while it ran; run it again")
+        cmd = f"python -m analysis.qevict.longrun {a.config} --only {r['name']}"
+        path = write_artifact(r["name"], tables, modules=modules, command=cmd,
+                              wall_seconds=time.perf_counter() - t0, params=r, notes=r.get("notes", ""))
+        print(f"wrote {path} ({time.perf_counter() - t0:.0f} s)", flush=True)
+
+
+if __name__ == "__main__":
+    np.seterr(all="ignore")
+    sys.exit(main())

@@ -1,0 +1,222 @@
+"""The shared-tensor decode engine: equal to an independent per-stream implementation, lockstep equal
+to single-stream runs, bounded blocks, bad input rejected before any work."""
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from analysis.qevict.kvcache import EVICTED, FULL, OFFLOADED, QUANT, MultiStreamCache
+
+
+@dataclass(frozen=True)
+class Cfg:
+    n_layers: int = 2
+    n_heads: int = 6
+    n_kv_heads: int = 2
+    head_dim: int = 32
+    context_length: int = 4096
+
+    @property
+    def group(self):
+        return self.n_heads // self.n_kv_heads
+
+
+def _caches(bits, P=128, W=16, D=40, block=32, seed=0):
+    cfg = Cfg()
+    rng = np.random.default_rng(seed)
+    shape = (cfg.n_kv_heads, P, cfg.head_dim)
+    pk = [rng.standard_normal(shape).astype(np.float32) for _ in range(cfg.n_layers)]
+    pv = [rng.standard_normal(shape).astype(np.float32) for _ in range(cfg.n_layers)]
+    mk = dict(bits=bits, group=16)
+    return cfg, [MultiStreamCache(cfg, len(bits), pk, pv, P + D, W, block=block, **mk),
+                 MultiStreamCache(cfg, len(bits), pk, pv, P + D, W, engine="reference", **mk)]
+
+
+def _retier(c, rng_seed, nc, bits):
+    r = np.random.default_rng(rng_seed)
+    for b in range(c.B):
+        t = c.tier[b].copy()
+        cand = t[..., 1:nc]
+        u = r.random(cand.shape)
+        new = cand.copy()
+        if bits[b]:
+            new = np.where((cand == FULL) & (u < 0.4), QUANT, new)
+            new = np.where((cand == QUANT) & (u > 0.8), FULL, new)  # promotions
+        new = np.where((cand != EVICTED) & (u > 0.9) & (b % 2 == 1), EVICTED, new)
+        t[..., 1:nc] = new
+        c.set_tiers(b, t, promote="recall" if b % 3 else "dequant")
+
+
+@pytest.mark.parametrize("bits", [[0, 2, 4, 2, 0, 4], [0], [2, 2]])
+def test_blocked_engine_equals_reference(bits):
+    """Exact and dequantized prompt keys, quantized and evicted decoded windows, promotions by
+    recall and by dequantization, several key blocks: same outputs and window attention."""
+    cfg, (blk, ref) = _caches(bits)
+    P, W = blk.P, blk.W
+    for pos in range(P, P + 40):
+        if pos % W == 0:
+            for c in (blk, ref):
+                _retier(c, pos, pos // W, bits)
+        r = np.random.default_rng(pos)
+        k = r.standard_normal((len(bits), cfg.n_kv_heads, cfg.head_dim)).astype(np.float32)
+        v = r.standard_normal(k.shape).astype(np.float32)
+        q = r.standard_normal((len(bits), cfg.n_heads, cfg.head_dim)).astype(np.float32) / 4
+        for li in range(cfg.n_layers):
+            outs = []
+            for c in (blk, ref):
+                c.append(li, k, v, pos)
+                outs.append((c.attend(li, q, pos), c.win_attn[li].copy()))
+            np.testing.assert_allclose(outs[0][0], outs[1][0], rtol=1e-4, atol=2e-5)
+            np.testing.assert_allclose(outs[0][1], outs[1][1], rtol=1e-4, atol=1e-6)
+            np.testing.assert_allclose(outs[0][1].sum(-1), 1, rtol=1e-5)
+    assert np.array_equal(blk.tier, ref.tier) and np.any(blk.tier == QUANT) == any(bits)
+
+
+def test_engine_uses_the_mask():
+    """An evicted window gets no attention; removing the mask term would give it some."""
+    cfg, (blk, _) = _caches([0, 0])
+    t = blk.tier[1].copy()
+    t[:, :, 3] = EVICTED
+    blk.set_tiers(1, t)
+    q = np.ones((2, cfg.n_heads, cfg.head_dim), np.float32)
+    kv = np.zeros((2, cfg.n_kv_heads, cfg.head_dim), np.float32)
+    blk.append(0, kv, kv, blk.P)
+    blk.attend(0, q, blk.P)
+    assert np.all(blk.win_attn[0, 1, :, 3] == 0) and np.all(blk.win_attn[0, 0, :, 3] > 0)
+
+
+def test_streams_are_independent_of_their_order():
+    """Streams are sorted by bit width inside the cache; the caller's order does not matter."""
+    bits = [2, 0, 4, 0]
+    cfg, (a, _) = _caches(bits)
+    perm = [3, 0, 2, 1]
+    _, (b, _) = _caches([bits[i] for i in perm])
+    for c, order in ((a, range(4)), (b, perm)):
+        for j, i in enumerate(order):
+            t = c.tier[j].copy()
+            t[:, :, 2:4] = QUANT if bits[i] else EVICTED
+            c.set_tiers(j, t)
+    r = np.random.default_rng(5)
+    q = r.standard_normal((4, cfg.n_heads, cfg.head_dim)).astype(np.float32)
+    kv = r.standard_normal((4, cfg.n_kv_heads, cfg.head_dim)).astype(np.float32)
+    a.append(0, kv, kv, a.P)
+    b.append(0, kv[perm], kv[perm], b.P)
+    oa, ob = a.attend(0, q, a.P), b.attend(0, q[perm], b.P)
+    np.testing.assert_allclose(oa[perm], ob, rtol=1e-5, atol=1e-6)
+
+
+def test_context_above_model_maximum_rejected_before_any_work():
+    from analysis.qevict.policies import PolicyConfig
+    from analysis.qevict.runner import run_document
+
+    class NoWork:
+        cfg = Cfg()
+        gguf_file = None
+
+        def prefill(self, *a, **k):
+            raise AssertionError("prefill ran")
+
+    with pytest.raises(ValueError, match="exceeds the model context 4096"):
+        run_document(NoWork(), np.zeros(5000, int), 4032, 100, ["streaming"], [0.5],
+                     PolicyConfig(head_dim=32))
+
+
+def test_block_size_bounds_memory():
+    cfg, (blk, _) = _caches([0] * 4, P=256, block=None)
+    assert blk.block % blk.W == 0 and blk.block >= blk.W
+    z = [np.zeros((2, 256, 32), np.float32)] * 2
+    big = MultiStreamCache(cfg, 400, z, z, 300, 16, bits=0, group=16)
+    assert big.block * 4 * 2 * 400 * 3 <= 2 * (1 << 21) + 16 * 4 * 2 * 400 * 3
+
+
+def test_free_running_answers_match_teacher_forced_exact_match():
+    """Free-running generation inside the needle answers: each stream reads back its own predictions.
+    On the first answer, exact match equals the teacher-forced one (identical until the first wrong
+    digit); later answers may differ, since a wrong generated answer stays in the context."""
+    pytest.importorskip("gguf")
+    from analysis.qevict import corpora
+    from analysis.qevict.gguf_model import gguf_path, load_model
+    from analysis.qevict.metrics import needle_accuracy
+    from analysis.qevict.policies import PolicyConfig
+    from analysis.qevict.runner import run_document
+    from analysis.qevict.tokenizer import load_tokenizer
+
+    try:
+        gguf_path()
+    except FileNotFoundError as e:  # pragma: no cover
+        pytest.skip(str(e))
+    model, tok = load_model(), load_tokenizer()
+    P, D = 192, 64
+    doc = corpora.load_document("needle:textwrap", tok, P + D + 1, prefill_tokens=P, n_needles=2, n_queries=2)
+    pc = PolicyConfig(window=16, group=16, snap_obs_tokens=16)
+    args = (model, doc.tokens, P, D, ["streaming", "kivi2"], [0.3], pc)
+    tf = run_document(*args)
+    fr = run_document(*args, free_run_spans=doc.answers)
+    first = doc.answers[:1]
+    np.testing.assert_array_equal(needle_accuracy(tf, first), needle_accuracy(fr, first))
+    a, b = doc.answers[0]
+    steps = np.arange(a, b) - P - 1
+    for i in range(len(fr["streams"])):
+        gen, ref = fr["argmax"][steps, i], doc.tokens[a:b]
+        first_wrong = np.nonzero(gen != ref)[0]
+        k = first_wrong[0] + 1 if len(first_wrong) else len(gen)
+        np.testing.assert_array_equal(gen[:k], tf["argmax"][steps, i][:k])  # same until the first error
+    with pytest.raises(ValueError, match="after the prefill"):
+        run_document(*args, free_run_spans=[(P - 4, P + 2)])
+
+
+def _retier_offload(c, rng_seed, nc):
+    """Issue 14's tier on top of issue 13's engine: offload and recall exact windows (no quantized
+    window goes off the device), evict a few."""
+    r = np.random.default_rng(rng_seed)
+    for b in range(c.B):
+        t = c.tier[b].copy()
+        cand = t[..., 1:nc]
+        u = r.random(cand.shape)
+        new = np.where((cand == FULL) & (u < 0.5), OFFLOADED, cand)
+        new = np.where((cand == OFFLOADED) & (u > 0.7), FULL, new)  # recalls
+        new = np.where((cand != EVICTED) & (u > 0.95), EVICTED, new)
+        if c.bits[b]:
+            new = np.where((new == FULL) & (u > 0.3) & (u < 0.4), QUANT, new)
+        t[..., 1:nc] = new
+        c.set_tiers(b, t)
+
+
+def test_blocked_engine_equals_reference_with_offloaded_windows_and_page_loads():
+    """OFFLOADED windows are masked unless recalled (set back to FULL) or loaded for one step by
+    Quest's page selection (``step_pages``); streams with digests get window estimates.  The blocked
+    shared-tensor engine, with streams reordered by bit width, reads exactly what the per-stream
+    reference reads, and both count the same page loads."""
+    bits = [4, 0, 2, 0, 4]
+    cfg, (blk, ref) = _caches(bits)
+    P, W = blk.P, blk.W
+    for c in (blk, ref):
+        c.step_pages[:] = [-1, 2, 1, -1, 3]
+        c.digest_rows[:] = [False, False, True, True, True]
+    loaded_any = False
+    for pos in range(P, P + 40):
+        if pos % W == 0:
+            for c in (blk, ref):
+                _retier_offload(c, pos, pos // W)
+        r = np.random.default_rng(pos)
+        k = r.standard_normal((len(bits), cfg.n_kv_heads, cfg.head_dim)).astype(np.float32)
+        v = r.standard_normal(k.shape).astype(np.float32)
+        q = r.standard_normal((len(bits), cfg.n_heads, cfg.head_dim)).astype(np.float32) / 4
+        for li in range(cfg.n_layers):
+            outs = []
+            for c in (blk, ref):
+                c.append(li, k, v, pos)
+                outs.append((c.attend(li, q, pos), c.win_attn[li].copy(), c.win_est[li].copy()))
+            np.testing.assert_allclose(outs[0][0], outs[1][0], rtol=1e-4, atol=2e-5)
+            np.testing.assert_allclose(outs[0][1], outs[1][1], rtol=1e-4, atol=1e-6)
+            np.testing.assert_allclose(outs[0][2], outs[1][2], rtol=1e-5, atol=1e-7)
+            # an offloaded window that is not loaded this step gets no attention; a loaded one does
+            off = blk.tier[:, li] == OFFLOADED
+            assert np.all(outs[0][1][off & ~blk.loaded[:, li]] == 0)
+            if np.any(off & blk.loaded[:, li]):
+                loaded_any = True
+                assert np.all(outs[0][1][off & blk.loaded[:, li]] > 0)
+    assert loaded_any and np.any(blk.tier == OFFLOADED)
+    assert np.array_equal(blk.recall_transfers, ref.recall_transfers)
+    assert np.array_equal(blk.recall_bytes, ref.recall_bytes) and blk.recall_transfers[[0, 3]].sum() > 0
+    assert not np.any(blk.loaded[[0, 3]])  # streams without page selection load nothing per step
