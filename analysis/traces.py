@@ -149,7 +149,9 @@ def _build(objs, where: str, block_size: int, check_blocks: bool, linenos=None) 
 
 
 @functools.lru_cache(maxsize=8)
-def _load_cached(path: str, size: int, mtime_ns: int, block_size: int, check_blocks: bool, name: str) -> Trace:
+def _load_cached(
+    path: str, size: int, mtime_ns: int, block_size: int, check_blocks: bool, name: str
+) -> Trace:
     objs, linenos = [], []
     with open(path, encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
@@ -158,12 +160,22 @@ def _load_cached(path: str, size: int, mtime_ns: int, block_size: int, check_blo
             try:
                 objs.append(json.loads(line))
             except json.JSONDecodeError as exc:
-                raise TraceError(f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno}): "
-                                 f"{line.strip()[:80]!r}") from None
+                raise TraceError(
+                    f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno}): "
+                    f"{line.strip()[:80]!r}"
+                ) from None
             linenos.append(lineno)
     tr = _build(objs, path, block_size, check_blocks, linenos)
-    return Trace(name, tr.arrival_s, tr.input_tokens, tr.output_tokens, tr.offsets, tr.block_ids,
-                 tr.block_tokens, tr.block_size)
+    return Trace(
+        name,
+        tr.arrival_s,
+        tr.input_tokens,
+        tr.output_tokens,
+        tr.offsets,
+        tr.block_ids,
+        tr.block_tokens,
+        tr.block_size,
+    )
 
 
 def resolve(source: str | os.PathLike) -> Path:
@@ -177,14 +189,21 @@ def resolve(source: str | os.PathLike) -> Path:
     if not p.is_file():
         entry = data.registry().get("mooncake_conversation", {})
         raise TraceError(
-            f"trace file {s!r} not found. Give a registered trace name ({', '.join(sorted(data.registry()))}) "
+            f"trace file {s!r} not found. Give a registered trace name "
+            f"({', '.join(sorted(data.registry()))}) "
             f"or the path of a Mooncake-format JSONL file. The public conversation trace is "
-            f"'mooncake_conversation' (resolved through data/registry.yaml; download: {entry.get('url', '?')}).")
+            f"'mooncake_conversation' (resolved through data/registry.yaml; "
+            f"download: {entry.get('url', '?')})."
+        )
     return p
 
 
-def load_trace(source: str | os.PathLike = "mooncake_conversation", *, block_size: int = BLOCK_TOKENS,
-               check_blocks: bool = True) -> Trace:
+def load_trace(
+    source: str | os.PathLike = "mooncake_conversation",
+    *,
+    block_size: int = BLOCK_TOKENS,
+    check_blocks: bool = True,
+) -> Trace:
     """Read and validate a Mooncake-format trace (memoised on path, size and mtime).
 
     ``check_blocks`` requires ``len(hash_ids) == ceil(input_length / block_size)`` on every line."""
