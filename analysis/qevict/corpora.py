@@ -20,7 +20,6 @@ from __future__ import annotations
 import ast
 import hashlib
 import inspect
-import os
 import platform
 import sysconfig
 from dataclasses import dataclass, field
@@ -48,7 +47,9 @@ def module_file(module: str) -> Path:
     for p in (base.with_suffix(".py"), base / "__init__.py"):
         if p.is_file():
             return p
-    raise FileNotFoundError(f"no pure-Python source for standard-library module {module!r} under {stdlib_dir()}")
+    raise FileNotFoundError(
+        f"no pure-Python source for standard-library module {module!r} under {stdlib_dir()}"
+    )
 
 
 def module_source(module: str) -> str:
@@ -58,7 +59,11 @@ def module_source(module: str) -> str:
 def module_docstrings(module: str) -> str:
     """Docstrings of the module, its classes and functions, in source order, separated by blank lines."""
     tree = ast.parse(module_source(module))
-    nodes = [n for n in ast.walk(tree) if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))]
+    nodes = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+    ]
     nodes.sort(key=lambda n: getattr(n, "lineno", 0))
     docs = []
     for n in nodes:
@@ -94,8 +99,16 @@ def _sha(tokens) -> str:
     return hashlib.sha256(np.asarray(tokens, np.int64).tobytes()).hexdigest()
 
 
-def load_document(spec: str, tokenizer, n_tokens: int, *, prefill_tokens: int | None = None,
-                  n_needles: int = 4, n_queries: int = 2, seed: int = 0) -> Document:
+def load_document(
+    spec: str,
+    tokenizer,
+    n_tokens: int,
+    *,
+    prefill_tokens: int | None = None,
+    n_needles: int = 4,
+    n_queries: int = 2,
+    seed: int = 0,
+) -> Document:
     """Build document ``spec`` with exactly ``n_tokens`` tokens (a clear error if too short).
 
     For needle documents ``prefill_tokens`` (where the needles go) is required; the questions and
@@ -107,15 +120,19 @@ def load_document(spec: str, tokenizer, n_tokens: int, *, prefill_tokens: int | 
         text = module_source(module) if kind == "code" else module_docstrings(module)
         ids = tokenizer.encode(text)
         if len(ids) < n_tokens:
-            raise ValueError(f"{spec} has {len(ids)} tokens, fewer than the {n_tokens} needed; choose a longer module")
+            raise ValueError(
+                f"{spec} has {len(ids)} tokens, fewer than the {n_tokens} needed; choose a longer module"
+            )
         ids = ids[:n_tokens]
         return Document(spec, ids, kind, _sha(ids), meta=dict(source=str(module_file(module))))
     if kind in EXTRA_GENRES:
         text, source = EXTRA_GENRES[kind](module)
         ids = tokenizer.encode(text)
         if len(ids) < n_tokens:
-            raise ValueError(f"{spec} has {len(ids)} tokens, fewer than the {n_tokens} needed; "
-                             f"choose another {kind} document")
+            raise ValueError(
+                f"{spec} has {len(ids)} tokens, fewer than the {n_tokens} needed; "
+                f"choose another {kind} document"
+            )
         ids = ids[:n_tokens]
         return Document(spec, ids, kind, _sha(ids), meta=dict(source=source))
     if prefill_tokens is None:
@@ -139,9 +156,13 @@ def _haystack_tokens(module: str, tokenizer, need: int) -> np.ndarray:
     return ids
 
 
-def needle_document(spec, module, tokenizer, n_tokens, prefill_tokens, n_needles, n_queries, seed) -> Document:
+def needle_document(
+    spec, module, tokenizer, n_tokens, prefill_tokens, n_needles, n_queries, seed
+) -> Document:
     if not 1 <= n_queries <= n_needles <= len(NEEDLE_KEYS):
-        raise ValueError(f"need 1 <= n_queries ({n_queries}) <= n_needles ({n_needles}) <= {len(NEEDLE_KEYS)}")
+        raise ValueError(
+            f"need 1 <= n_queries ({n_queries}) <= n_needles ({n_needles}) <= {len(NEEDLE_KEYS)}"
+        )
     rng = np.random.default_rng([seed, int(hashlib.sha256(spec.encode()).hexdigest()[:8], 16)])
     keys = [str(k) for k in rng.choice(NEEDLE_KEYS, size=n_needles, replace=False)]
     values = ["".join(str(d) for d in rng.integers(0, 10, size=6)) for _ in keys]
@@ -151,8 +172,10 @@ def needle_document(spec, module, tokenizer, n_tokens, prefill_tokens, n_needles
     off = 0
     for qi in queried:
         k, v = keys[qi], values[qi]
-        pre = tokenizer.encode(f"\nQuestion: What is the special magic number for {k}?\n"
-                               f"Answer: The special magic number for {k} is ")
+        pre = tokenizer.encode(
+            f"\nQuestion: What is the special magic number for {k}?\n"
+            f"Answer: The special magic number for {k} is "
+        )
         ans = tokenizer.encode(v)
         post = tokenizer.encode(".\n")
         q_parts += [pre, ans, post]
@@ -161,7 +184,9 @@ def needle_document(spec, module, tokenizer, n_tokens, prefill_tokens, n_needles
     qblock = np.concatenate(q_parts)
     n_after = n_tokens - prefill_tokens - len(qblock)
     if n_after < 0:
-        raise ValueError(f"{n_tokens - prefill_tokens} decoded tokens cannot hold the {len(qblock)} question tokens")
+        raise ValueError(
+            f"{n_tokens - prefill_tokens} decoded tokens cannot hold the {len(qblock)} question tokens"
+        )
     n_needle_tok = sum(len(x) for x in needles)
     n_hay_prefill = prefill_tokens - n_needle_tok
     if n_hay_prefill < 64:
@@ -169,8 +194,13 @@ def needle_document(spec, module, tokenizer, n_tokens, prefill_tokens, n_needles
     hay = _haystack_tokens(module, tokenizer, n_hay_prefill + n_after)
     pre_hay = hay[:n_hay_prefill]
     # insertion points: line boundaries (after a token that ends with a newline) in the first 90%
-    nl = np.array([i + 1 for i in range(16, int(0.9 * n_hay_prefill))
-                   if tokenizer.token_to_str(int(pre_hay[i])).endswith("\u010a")])
+    nl = np.array(
+        [
+            i + 1
+            for i in range(16, int(0.9 * n_hay_prefill))
+            if tokenizer.token_to_str(int(pre_hay[i])).endswith("\u010a")
+        ]
+    )
     if len(nl) < n_needles:
         nl = np.arange(16, int(0.9 * n_hay_prefill))
     cut = np.sort(rng.choice(nl, size=n_needles, replace=False))
@@ -184,12 +214,13 @@ def needle_document(spec, module, tokenizer, n_tokens, prefill_tokens, n_needles
     pieces.append(pre_hay[prev:])
     prompt = np.concatenate(pieces)
     assert len(prompt) == prefill_tokens
-    tokens = np.concatenate([prompt, hay[n_hay_prefill:n_hay_prefill + n_after], qblock]).astype(np.int64)
+    tokens = np.concatenate([prompt, hay[n_hay_prefill : n_hay_prefill + n_after], qblock]).astype(np.int64)
     assert len(tokens) == n_tokens
     base = prefill_tokens + n_after
     answers = [(base + a, base + b) for a, b in answers_rel]
-    meta = dict(keys=keys, values=values, queried=[keys[i] for i in queried],
-                needle_positions=depth, haystack=module)
+    meta = dict(
+        keys=keys, values=values, queried=[keys[i] for i in queried], needle_positions=depth, haystack=module
+    )
     return Document(spec, tokens, "needle", _sha(tokens), answers=answers, meta=meta)
 
 
@@ -212,13 +243,13 @@ def reference_text(topic: str) -> tuple[str, str]:
     keys = sorted(topics)
     if topic not in topics:
         raise ValueError(f"no language-reference topic {topic!r}; topics include {', '.join(keys[:12])}, ...")
-    return "\n\n".join(topics[k] for k in keys[keys.index(topic):]), f"pydoc_data.topics[{topic}:]"
+    return "\n\n".join(topics[k] for k in keys[keys.index(topic) :]), f"pydoc_data.topics[{topic}:]"
 
 
 def news_text(name: str) -> tuple[str, str]:
     if name not in NEWS_FILES:
         raise ValueError(f"news document must be one of {', '.join(NEWS_FILES)}, got {name!r}")
-    files = [stdlib_dir() / "idlelib" / f"{n}.txt" for n in NEWS_FILES[NEWS_FILES.index(name):]]
+    files = [stdlib_dir() / "idlelib" / f"{n}.txt" for n in NEWS_FILES[NEWS_FILES.index(name) :]]
     missing = [str(f) for f in files if not f.is_file()]
     if missing:
         raise FileNotFoundError(f"IDLE release notes not found: {', '.join(missing)} (is idlelib installed?)")
@@ -236,5 +267,11 @@ def test_source(module: str) -> tuple[str, str]:
 
 EXTRA_GENRES = {"ref": reference_text, "news": news_text, "tests": test_source}
 GENRES = ("code", "docs", "needle") + tuple(EXTRA_GENRES)
-GENRE_LABELS = {"code": "source code", "docs": "API prose (docstrings)", "needle": "needle retrieval",
-                "ref": "language reference", "news": "release notes", "tests": "unit tests"}
+GENRE_LABELS = {
+    "code": "source code",
+    "docs": "API prose (docstrings)",
+    "needle": "needle retrieval",
+    "ref": "language reference",
+    "news": "release notes",
+    "tests": "unit tests",
+}

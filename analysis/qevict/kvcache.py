@@ -190,10 +190,13 @@ class MultiStreamCache:
             for b, (rows, lzt) in sel.items():
                 pq = np.where(lzt, exact[:, rows], 0.0).astype(np.float32)
                 exact[:, rows] = np.where(lzt, 0.0, exact[:, rows])
-                out[:, rows] += np.matmul(pq.reshape(Hkv, -1, P), self.Vq[b][layer]).reshape(Hkv, len(rows), g, hd)
+                pv = np.matmul(pq.reshape(Hkv, -1, P), self.Vq[b][layer])
+                out[:, rows] += pv.reshape(Hkv, len(rows), g, hd)
             out += np.matmul(exact.reshape(Hkv, B * g, P), self.Vp[layer]).reshape(Hkv, B, g, hd)
         else:
-            out = np.matmul(np.ascontiguousarray(pp).reshape(Hkv, B * g, P), self.Vp[layer]).reshape(Hkv, B, g, hd)
+            out = np.matmul(np.ascontiguousarray(pp).reshape(Hkv, B * g, P), self.Vp[layer]).reshape(
+                Hkv, B, g, hd
+            )
         out = out.transpose(1, 0, 2, 3)  # (B, Hkv, g, hd)
         if td > 0:
             pd = s4[..., P:].transpose(1, 0, 2, 3)  # (B, Hkv, g, td)
@@ -212,8 +215,9 @@ class MultiStreamCache:
         k = min(nw, nwp)
         qpt = qp.transpose(1, 0, 2, 3).reshape(Hkv, nb * g, hd)
         qnt = qn.transpose(1, 0, 2, 3).reshape(Hkv, nb * g, hd)
-        bp = (np.matmul(qpt, self.pmax[layer, :, :k].swapaxes(-1, -2))
-              + np.matmul(qnt, self.pmin[layer, :, :k].swapaxes(-1, -2)))
+        bp = np.matmul(qpt, self.pmax[layer, :, :k].swapaxes(-1, -2)) + np.matmul(
+            qnt, self.pmin[layer, :, :k].swapaxes(-1, -2)
+        )
         out[..., :k] = bp.reshape(Hkv, nb, g, k).transpose(1, 0, 2, 3)
         if nw > nwp:
             nd = nw - nwp
@@ -263,7 +267,7 @@ class MultiStreamCache:
                 if not copied:
                     bias, copied = bias.copy(), True
                 tok = np.zeros((self.Hkv, t), bool)
-                tok[:, :nc * W] = np.repeat(sel, W, axis=-1)
+                tok[:, : nc * W] = np.repeat(sel, W, axis=-1)
                 bias[b][tok] = 0.0
         return bias
 
@@ -341,8 +345,14 @@ class MultiStreamCache:
                 ld, hd_, wd = l[dec], h[dec], w[dec]
                 bb = np.full(len(ld), b)
                 Kh, Vh = self._hot_blocks(ld, bb, hd_, wd)
-                self._write_decoded(ld, bb, hd_, wd, quantize_keys(Kh, bits, self.group),
-                                    quantize_values(Vh, bits, self.group))
+                self._write_decoded(
+                    ld,
+                    bb,
+                    hd_,
+                    wd,
+                    quantize_keys(Kh, bits, self.group),
+                    quantize_values(Vh, bits, self.group),
+                )
             # prompt windows read the shared dequantized copy (quantization is idempotent, so a
             # window dequantized in place and quantized again reads the same values)
             if promote == "recall":  # keep the exact copy in the cold tier
@@ -358,8 +368,12 @@ class MultiStreamCache:
                 if dec.any():
                     ld, hd_, wd = l[dec], h[dec], w[dec]
                     nwd = self.Dmax // self.W
-                    K = self.Kd.reshape(self.L, self.B, self.Hkv, nwd, self.W, self.hd)[ld, b, hd_, wd - self.NWp]
-                    V = self.Vd.reshape(self.L, self.B, self.Hkv, nwd, self.W, self.hd)[ld, b, hd_, wd - self.NWp]
+                    K = self.Kd.reshape(self.L, self.B, self.Hkv, nwd, self.W, self.hd)[
+                        ld, b, hd_, wd - self.NWp
+                    ]
+                    V = self.Vd.reshape(self.L, self.B, self.Hkv, nwd, self.W, self.hd)[
+                        ld, b, hd_, wd - self.NWp
+                    ]
                     self._write_decoded(ld, np.full(len(ld), b), hd_, wd, K, V)
                 self._set_lossy(b, l, h, w, False)
                 self.recall_bytes[b] += len(l) * self.F
@@ -429,8 +443,9 @@ class MultiStreamCache:
         """Bytes held on the device by stream ``b`` per (layer, KV head), counting the closed
         windows ``< n_closed`` by tier and the open window as a full window."""
         t = self.tier[b][..., :n_closed]
-        return ((t == FULL).sum(-1) * self.F + (t == QUANT).sum(-1) * self.Q[b]
-                + (self.F if open_window else 0))
+        return (
+            (t == FULL).sum(-1) * self.F + (t == QUANT).sum(-1) * self.Q[b] + (self.F if open_window else 0)
+        )
 
     def tier_bytes(self, b: int, n_closed: int) -> dict:
         """Total bytes per tier for stream ``b`` (all layers and heads): full (device, the open
@@ -440,5 +455,9 @@ class MultiStreamCache:
         n_full = int((t == FULL).sum()) + self.L * self.Hkv  # + open window
         n_q = int((t == QUANT).sum())
         cold = int((self.in_cold[b][..., :n_closed] & (t == QUANT)).sum()) + int((t == OFFLOADED).sum())
-        return dict(full=n_full * self.F, quantized=n_q * int(self.Q[b]), cold=cold * self.F,
-                    evicted=int((t == EVICTED).sum()) * self.F)
+        return dict(
+            full=n_full * self.F,
+            quantized=n_q * int(self.Q[b]),
+            cold=cold * self.F,
+            evicted=int((t == EVICTED).sum()) * self.F,
+        )

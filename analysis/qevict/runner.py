@@ -227,7 +227,8 @@ def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policie
             st_rb[s] = cache.recall_bytes - rb0
             st_rn[s] = cache.recall_transfers - rn0
             if verbose and (s + 1) % 32 == 0:
-                print(f"  step {s + 1}/{D}: {(time.perf_counter() - t1) / (s + 1) * 1e3:.0f} ms/step", flush=True)
+                ms = (time.perf_counter() - t1) / (s + 1) * 1e3
+                print(f"  step {s + 1}/{D}: {ms:.0f} ms/step", flush=True)
 
     t1 = time.perf_counter()
     with _blas_threads(DECODE_BLAS_THREADS):
@@ -235,36 +236,85 @@ def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policie
     nc_end = (P + D) // W
 
     out = dict(
-        streams=streams, kl=kl, nll=nll, top1=top1, correct=correct, fmm=fmm, fmm_evicted=fmm_ev,
-        fmm_quantized=fmm_q, fmm_offloaded=fmm_off, device_bytes=dev_b, offdevice_bytes=off_b,
-        step_recall_bytes=st_rb, step_recall_transfers=st_rn, recall_transfers=cache.recall_transfers.copy(),
+        streams=streams,
+        kl=kl,
+        nll=nll,
+        top1=top1,
+        correct=correct,
+        fmm=fmm,
+        fmm_evicted=fmm_ev,
+        fmm_quantized=fmm_q,
+        fmm_offloaded=fmm_off,
+        device_bytes=dev_b,
+        offdevice_bytes=off_b,
+        step_recall_bytes=st_rb,
+        step_recall_transfers=st_rn,
+        recall_transfers=cache.recall_transfers.copy(),
         full_bytes_step=((P + np.arange(D)) // W + 1) * float(cache.F * L * Hkv),
-        attn_full=attn_full, hot_bytes=np.array(hot, float), budget_bytes=np.array(budget, float),
+        attn_full=attn_full,
+        hot_bytes=np.array(hot, float),
+        budget_bytes=np.array(budget, float),
         tier_bytes=[cache.tier_bytes(b, nc_end) for b in range(B)],
-        recall_bytes=cache.recall_bytes.copy(), offload_bytes=cache.offload_bytes.copy(),
-        promotions=cache.n_promotions.copy(), fits=np.array([p.fits for p in pols]),
-        full_bytes_end=float(nc_end * cache.F * L * Hkv), prefill_tokens=P, decode_tokens=D, window=W,
-        seconds_prefill=t_prefill, seconds_decode=time.perf_counter() - t1,
+        recall_bytes=cache.recall_bytes.copy(),
+        offload_bytes=cache.offload_bytes.copy(),
+        promotions=cache.n_promotions.copy(),
+        fits=np.array([p.fits for p in pols]),
+        full_bytes_end=float(nc_end * cache.F * L * Hkv),
+        prefill_tokens=P,
+        decode_tokens=D,
+        window=W,
+        seconds_prefill=t_prefill,
+        seconds_decode=time.perf_counter() - t1,
     )
     if record_tiers:
         out["tiers"] = np.array(tiers)
     return out
 
 
-def run_document_cached(model, tokens, prefill_tokens, decode_tokens, policies, budgets, pcfg,
-                        *, verbose=False, overrides: dict | None = None, extra_streams=()):
+def run_document_cached(
+    model,
+    tokens,
+    prefill_tokens,
+    decode_tokens,
+    policies,
+    budgets,
+    pcfg,
+    *,
+    verbose=False,
+    overrides: dict | None = None,
+    extra_streams=(),
+):
     """:func:`run_document`, memoised on disk by the tokens, lengths, policies, budgets, policy
     configuration, model file and code (``analysis.cache``)."""
     from analysis.cache import cached
 
     tokens = np.asarray(tokens, dtype=np.int64)[: prefill_tokens + decode_tokens + 1]
-    inputs = dict(tokens=hashlib.sha256(tokens.tobytes()).hexdigest(), P=int(prefill_tokens),
-                  D=int(decode_tokens), policies=list(policies), budgets=[float(b) for b in budgets],
-                  pcfg=dataclasses.asdict(pcfg), model=file_sha256(model.gguf_file) if model.gguf_file else None)
+    inputs = dict(
+        tokens=hashlib.sha256(tokens.tobytes()).hexdigest(),
+        P=int(prefill_tokens),
+        D=int(decode_tokens),
+        policies=list(policies),
+        budgets=[float(b) for b in budgets],
+        pcfg=dataclasses.asdict(pcfg),
+        model=file_sha256(model.gguf_file) if model.gguf_file else None,
+    )
     if overrides:
         inputs["overrides"] = sorted([p, float(f), dataclasses.asdict(c)] for (p, f), c in overrides.items())
     if extra_streams:
         inputs["extra_streams"] = [[p, float(f), dataclasses.asdict(c)] for p, f, c in extra_streams]
-    return cached("qevict_run", inputs, lambda: run_document(
-        model, tokens, prefill_tokens, decode_tokens, policies, budgets, pcfg, verbose=verbose,
-        overrides=overrides, extra_streams=extra_streams))
+    return cached(
+        "qevict_run",
+        inputs,
+        lambda: run_document(
+            model,
+            tokens,
+            prefill_tokens,
+            decode_tokens,
+            policies,
+            budgets,
+            pcfg,
+            verbose=verbose,
+            overrides=overrides,
+            extra_streams=extra_streams,
+        ),
+    )

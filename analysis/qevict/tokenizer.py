@@ -16,7 +16,8 @@ TOKEN_TYPE_CONTROL = 3
 class Tokenizer:
     def __init__(self, tokens: list[str], merges: list[str], token_types=None, eos_id: int | None = None,
                  bos_id: int | None = None, pre: str = "smollm"):
-        from tokenizers import Tokenizer as HFTokenizer, decoders, models, pre_tokenizers, AddedToken
+        from tokenizers import AddedToken, decoders, models, pre_tokenizers
+        from tokenizers import Tokenizer as HFTokenizer
 
         vocab = {t: i for i, t in enumerate(tokens)}
         if len(vocab) != len(tokens):
@@ -47,6 +48,7 @@ class Tokenizer:
     @classmethod
     def from_gguf(cls, path: str | None = None) -> "Tokenizer":
         import gguf
+
         from .gguf_model import gguf_path
 
         r = gguf.GGUFReader(path or gguf_path())
