@@ -30,7 +30,8 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from . import kv
-from .specs import ModelSpec, model as _model
+from .specs import ModelSpec
+from .specs import model as _model
 
 
 @dataclass(frozen=True)
@@ -105,8 +106,9 @@ class Shape:
 
     @property
     def ffn_weights(self) -> float:
-        return (self.n_dense * self.dense_params
-                + self.n_moe * ((self.n_experts + self.n_shared) * self.expert_params + self.h * self.n_experts))
+        return self.n_dense * self.dense_params + self.n_moe * (
+            (self.n_experts + self.n_shared) * self.expert_params + self.h * self.n_experts
+        )
 
     @property
     def total_params(self) -> float:
@@ -123,18 +125,28 @@ def shape(model: str | ModelSpec) -> Shape:
         pair_dec = kv.attention_core_flops_per_layer_token(m)
         split = float(m.n_kv_heads)
     return Shape(
-        name=m.name, h=float(m.hidden_size), n_layers=m.n_layers, n_full=m.n_full_layers,
-        n_sliding=m.n_sliding_layers, window=float(m.sliding_window or 0), n_linear=m.n_linear_layers,
-        n_dense=m.n_dense_layers, n_moe=m.n_moe_layers if m.is_moe else 0,
+        name=m.name,
+        h=float(m.hidden_size),
+        n_layers=m.n_layers,
+        n_full=m.n_full_layers,
+        n_sliding=m.n_sliding_layers,
+        window=float(m.sliding_window or 0),
+        n_linear=m.n_linear_layers,
+        n_dense=m.n_dense_layers,
+        n_moe=m.n_moe_layers if m.is_moe else 0,
         attn_params=float(kv.attention_params_per_layer(m)),
         lin_params=float(kv.linear_attention_params_per_layer(m)) if m.n_linear_layers else 0.0,
         lin_state_elems=float(m.linear_heads * m.linear_dk * m.linear_dv),
-        kv_elems=float(kv.kv_elements_per_token_layer(m)), kv_split_max=split,
-        pair_flops_prefill=kv.attention_core_flops_per_layer_token(m), pair_flops_decode=pair_dec,
+        kv_elems=float(kv.kv_elements_per_token_layer(m)),
+        kv_split_max=split,
+        pair_flops_prefill=kv.attention_core_flops_per_layer_token(m),
+        pair_flops_decode=pair_dec,
         dense_params=float(mats * m.hidden_size * m.ffn_intermediate),
         expert_params=float(mats * m.hidden_size * m.moe_intermediate) if m.is_moe else 0.0,
-        n_experts=m.moe_experts if m.is_moe else 0, k_active=m.moe_active if m.is_moe else 0,
-        n_shared=m.moe_shared if m.is_moe else 0, vocab=float(m.vocab_size),
+        n_experts=m.moe_experts if m.is_moe else 0,
+        k_active=m.moe_active if m.is_moe else 0,
+        n_shared=m.moe_shared if m.is_moe else 0,
+        vocab=float(m.vocab_size),
         embed_params=float(m.vocab_size * m.hidden_size),
         lm_head_params=0.0 if m.tied_embeddings else float(m.vocab_size * m.hidden_size),
         max_context=float(m.max_context),
@@ -152,9 +164,12 @@ class Precision:
 
     @classmethod
     def named(cls, name: str) -> "Precision":
-        table = {"bf16": cls(2.0, 2.0, 2.0, "bf16"), "fp8": cls(1.0, 1.0, 2.0, "fp8"),
-                 "fp4": cls(0.5625, 1.0, 2.0, "fp4"),  # NVFP4: 4 bits + one fp8 scale per 16
-                 "int4": cls(0.5625, 1.0, 2.0, "bf16")}  # weight-only int4, bf16 math
+        table = {
+            "bf16": cls(2.0, 2.0, 2.0, "bf16"),
+            "fp8": cls(1.0, 1.0, 2.0, "fp8"),
+            "fp4": cls(0.5625, 1.0, 2.0, "fp4"),  # NVFP4: 4 bits + one fp8 scale per 16
+            "int4": cls(0.5625, 1.0, 2.0, "bf16"),
+        }  # weight-only int4, bf16 math
         if name not in table:
             raise ValueError(f"unknown precision {name!r}; use one of {sorted(table)}")
         return table[name]
@@ -172,9 +187,24 @@ def experts_touched(tokens, n_experts: int, k_active: int):
     return n_experts * (1.0 - (1.0 - k_active / n_experts) ** t)
 
 
-def attention_block(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, tokens, seqs, kv_tokens,
-                    pairs_full, pairs_slide, tp, dp, attn_peak=None, dec_pairs_full=None,
-                    dec_pairs_slide=None):
+def attention_block(
+    s: Shape,
+    prec: Precision,
+    eff: Efficiency,
+    peak,
+    bw,
+    *,
+    tokens,
+    seqs,
+    kv_tokens,
+    pairs_full,
+    pairs_slide,
+    tp,
+    dp,
+    attn_peak=None,
+    dec_pairs_full=None,
+    dec_pairs_slide=None,
+):
     """Time of all attention blocks (all layers) on one device of an instance, per forward pass.
 
     ``tokens``: new tokens in the pass (whole instance); ``seqs``: sequences in the pass;
@@ -199,8 +229,11 @@ def attention_block(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, tok
         core_f = pairs_full / dp * pf / tp
         slide_f = pairs_slide / dp * pf / tp
     else:
-        core_f = ((pairs_full - dec_pairs_full) * s.pair_flops_prefill
-                  + dec_pairs_full * s.pair_flops_decode) / dp / tp
+        core_f = (
+            ((pairs_full - dec_pairs_full) * s.pair_flops_prefill + dec_pairs_full * s.pair_flops_decode)
+            / dp
+            / tp
+        )
         dps = 0.0 if dec_pairs_slide is None else dec_pairs_slide
         slide_f = ((pairs_slide - dps) * s.pair_flops_prefill + dps * s.pair_flops_decode) / dp / tp
     # full-attention core
@@ -243,12 +276,16 @@ def ffn_block(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, tokens, n
         E, k = s.n_experts, s.k_active
         e_dev = experts_per_device(s, n)  # the device holding the most routed experts
         touched = e_dev * (1.0 - (1.0 - k / E) ** np.asarray(tokens, dtype=float))
-        f = (2.0 * tokens * k * s.expert_params * e_dev / E * eff.moe_imbalance  # routed experts
-             + 2.0 * tokens * s.n_shared * s.expert_params / n                   # shared: own tokens
-             + 2.0 * tokens * s.h * E / n)                                       # router GEMM
-        b = ((touched + s.n_shared) * s.expert_params * wb  # touched routed + replicated shared experts
-             + s.h * E * wb                                 # router weights, read once
-             + tokens * (k + 1) * s.h * ab * 2.0 / n)
+        f = (
+            2.0 * tokens * k * s.expert_params * e_dev / E * eff.moe_imbalance  # routed experts
+            + 2.0 * tokens * s.n_shared * s.expert_params / n  # shared: own tokens
+            + 2.0 * tokens * s.h * E / n
+        )  # router GEMM
+        b = (
+            (touched + s.n_shared) * s.expert_params * wb  # touched routed + replicated shared experts
+            + s.h * E * wb  # router weights, read once
+            + tokens * (k + 1) * s.h * ab * 2.0 / n
+        )
         t = t + s.n_moe * _rf(f, b, peak, bw, eff)
     return t
 
@@ -280,8 +317,19 @@ def hierarchical_time(bytes_out, n, link, net, domain, eff: Efficiency):
     return np.maximum(bytes_out * f_in / (link * eff.link), bytes_out * (1 - f_in) / (net * eff.link))
 
 
-def comm_time(s: Shape, prec: Precision, eff: Efficiency, link, *, tokens, tp, dp, cp_tokens=0.0, net=None,
-              domain=np.inf):
+def comm_time(
+    s: Shape,
+    prec: Precision,
+    eff: Efficiency,
+    link,
+    *,
+    tokens,
+    tp,
+    dp,
+    cp_tokens=0.0,
+    net=None,
+    domain=np.inf,
+):
     """Intra-instance communication per forward: two TP all-reduces per layer (ring: each device
     moves ``2 (tp-1)/tp`` of the activations; TP stays inside a scale-up domain) and, for MoE with
     ``n = tp*dp > 1``, an all-to-all dispatch + combine per MoE layer (each token's activation to the
@@ -291,7 +339,9 @@ def comm_time(s: Shape, prec: Precision, eff: Efficiency, link, *, tokens, tp, d
     n = tp * dp
     ab = prec.act_bytes
     tok = tokens / dp
-    ar = np.where(tp > 1, 2.0 * (tp - 1) / tp * tok * s.h * ab / (link * eff.link) + eff.collective_latency_s, 0.0)
+    ar = np.where(
+        tp > 1, 2.0 * (tp - 1) / tp * tok * s.h * ab / (link * eff.link) + eff.collective_latency_s, 0.0
+    )
     t = 2.0 * s.n_layers * ar
     if s.n_moe:
         out = 2.0 * tok * distinct_destinations(s, n) * s.h * ab * (n - 1) / n
@@ -300,25 +350,29 @@ def comm_time(s: Shape, prec: Precision, eff: Efficiency, link, *, tokens, tp, d
         t = t + s.n_moe * a2a
     else:
         # dense FFN split over all n devices with attention DP: gather/scatter around the FFN
-        t = t + np.where(dp > 1, s.n_layers * (2.0 * tok * s.h * ab / (link * eff.link)
-                                                + eff.collective_latency_s), 0.0)
+        t = t + np.where(
+            dp > 1, s.n_layers * (2.0 * tok * s.h * ab / (link * eff.link) + eff.collective_latency_s), 0.0
+        )
     return t + cp_time(s, prec, eff, link, cp_tokens=cp_tokens, dp=dp)
 
 
 def cp_time(s: Shape, prec: Precision, eff: Efficiency, link, *, cp_tokens, dp):
     """Context parallelism: a prompt with fewer sequences than DP ranks is split over the ranks
     (ring attention); each rank receives the other ranks' KV of ``cp_tokens`` tokens per layer."""
-    return np.where((cp_tokens > 0) & (dp > 1),
-                    (s.n_full + s.n_sliding) * cp_tokens * (dp - 1) / dp * s.kv_elems * prec.kv_bytes
-                    / (link * eff.link), 0.0)
+    return np.where(
+        (cp_tokens > 0) & (dp > 1),
+        (s.n_full + s.n_sliding) * cp_tokens * (dp - 1) / dp * s.kv_elems * prec.kv_bytes / (link * eff.link),
+        0.0,
+    )
 
 
 def pass_inputs(s: Shape, *, dec_seqs=0.0, dec_ctx=0.0, pre_seqs=0.0, pre_len=0.0, pre_prefix=0.0):
     """Tokens, sequences, cached tokens read and attended pairs of one forward pass holding
     ``dec_seqs`` decoding sequences at context ``dec_ctx`` and ``pre_seqs`` prefill chunks of
     ``pre_len`` new tokens after ``pre_prefix`` cached ones (all broadcastable arrays)."""
-    dec_seqs, dec_ctx, pre_seqs, pre_len, pre_prefix = (np.asarray(x, dtype=float) for x in
-                                                        (dec_seqs, dec_ctx, pre_seqs, pre_len, pre_prefix))
+    dec_seqs, dec_ctx, pre_seqs, pre_len, pre_prefix = (
+        np.asarray(x, dtype=float) for x in (dec_seqs, dec_ctx, pre_seqs, pre_len, pre_prefix)
+    )
     tokens = dec_seqs + pre_seqs * pre_len
     seqs = dec_seqs + pre_seqs
     kv_tokens = dec_seqs * dec_ctx + pre_seqs * pre_prefix
@@ -333,26 +387,51 @@ def pass_inputs(s: Shape, *, dec_seqs=0.0, dec_ctx=0.0, pre_seqs=0.0, pre_len=0.
         dec_slide = pairs_slide
     # prompts fewer than the DP ranks are split over them (context parallelism, see cp_time)
     cp_tokens = pre_seqs * pre_len
-    return dict(tokens=tokens, seqs=seqs, kv_tokens=kv_tokens, pairs_full=pairs_full, pairs_slide=pairs_slide,
-                dec_pairs_full=dec_full, dec_pairs_slide=dec_slide, cp_tokens=cp_tokens)
+    return dict(
+        tokens=tokens,
+        seqs=seqs,
+        kv_tokens=kv_tokens,
+        pairs_full=pairs_full,
+        pairs_slide=pairs_slide,
+        dec_pairs_full=dec_full,
+        dec_pairs_slide=dec_slide,
+        cp_tokens=cp_tokens,
+    )
 
 
-def forward_parts(s: Shape, prec: Precision, eff: Efficiency, dev_attn: dict, dev_ffn: dict, *, tp, dp,
-                  n_ffn, **pass_kw):
+def forward_parts(
+    s: Shape, prec: Precision, eff: Efficiency, dev_attn: dict, dev_ffn: dict, *, tp, dp, n_ffn, **pass_kw
+):
     """Per-forward times of the parts: attention side (attention blocks + LM head + overheads),
     FFN side (FFN blocks) and the intra-instance communication (of the attention side)."""
     p = pass_inputs(s, **pass_kw)
-    ta = attention_block(s, prec, eff, dev_attn["flops"], dev_attn["bw"], tokens=p["tokens"], seqs=p["seqs"],
-                         kv_tokens=p["kv_tokens"], pairs_full=p["pairs_full"], pairs_slide=p["pairs_slide"],
-                         tp=tp, dp=dp, attn_peak=dev_attn.get("attn_flops"),
-                         dec_pairs_full=p["dec_pairs_full"], dec_pairs_slide=p["dec_pairs_slide"])
-    ta = ta + head_time(s, prec, eff, dev_attn["flops"], dev_attn["bw"], seqs=p["seqs"], tokens=p["tokens"], n=tp * dp)
+    ta = attention_block(
+        s,
+        prec,
+        eff,
+        dev_attn["flops"],
+        dev_attn["bw"],
+        tokens=p["tokens"],
+        seqs=p["seqs"],
+        kv_tokens=p["kv_tokens"],
+        pairs_full=p["pairs_full"],
+        pairs_slide=p["pairs_slide"],
+        tp=tp,
+        dp=dp,
+        attn_peak=dev_attn.get("attn_flops"),
+        dec_pairs_full=p["dec_pairs_full"],
+        dec_pairs_slide=p["dec_pairs_slide"],
+    )
+    ta = ta + head_time(
+        s, prec, eff, dev_attn["flops"], dev_attn["bw"], seqs=p["seqs"], tokens=p["tokens"], n=tp * dp
+    )
     tf = ffn_block(s, prec, eff, dev_ffn["flops"], dev_ffn["bw"], tokens=p["tokens"], n=n_ffn)
     return ta, tf, p
 
 
-def colocated_pass_time(s: Shape, prec: Precision, eff: Efficiency, dev: dict, *, tp, dp=1, microbatches=1,
-                        **pass_kw):
+def colocated_pass_time(
+    s: Shape, prec: Precision, eff: Efficiency, dev: dict, *, tp, dp=1, microbatches=1, **pass_kw
+):
     """Time of one forward pass on an instance of ``tp * dp`` devices holding attention and FFN.
 
     ``microbatches`` ``m > 1`` splits the pass's sequences into ``m`` micro-batches whose
@@ -364,12 +443,24 @@ def colocated_pass_time(s: Shape, prec: Precision, eff: Efficiency, dev: dict, *
     dp = np.asarray(dp, dtype=float)
     m = np.asarray(microbatches, dtype=float)
     if np.any(m != 1):
-        pass_kw = {k: (np.asarray(v, dtype=float) / m if k in ("dec_seqs", "pre_seqs") else v)
-                   for k, v in pass_kw.items()}
+        pass_kw = {
+            k: (np.asarray(v, dtype=float) / m if k in ("dec_seqs", "pre_seqs") else v)
+            for k, v in pass_kw.items()
+        }
     ta, tf, p = forward_parts(s, prec, eff, dev, dev, tp=tp, dp=dp, n_ffn=tp * dp, **pass_kw)
     cp = np.where(np.asarray(pass_kw.get("pre_seqs", 0.0)) < dp, p["cp_tokens"], 0.0)
-    tc = comm_time(s, prec, eff, dev["link"], tokens=p["tokens"], tp=tp, dp=dp, cp_tokens=cp,
-                   net=dev.get("net"), domain=dev.get("domain", np.inf))
+    tc = comm_time(
+        s,
+        prec,
+        eff,
+        dev["link"],
+        tokens=p["tokens"],
+        tp=tp,
+        dp=dp,
+        cp_tokens=cp,
+        net=dev.get("net"),
+        domain=dev.get("domain", np.inf),
+    )
     c = ta + tf
     return overlap_time(c, tc, m) + eff.step_overhead_s + s.n_layers * eff.layer_overhead_s
 
@@ -390,8 +481,19 @@ def distinct_destinations(s: Shape, n):
     return np.where(n > 1, n * (1.0 - (1.0 - 1.0 / np.maximum(n, 1.0)) ** k), 1.0)
 
 
-def af_hop_time(s: Shape, prec: Precision, eff: Efficiency, net, *, tokens, n_attn, n_ffn, link=None,
-                domain=0.0, per_direction=False):
+def af_hop_time(
+    s: Shape,
+    prec: Precision,
+    eff: Efficiency,
+    net,
+    *,
+    tokens,
+    n_attn,
+    n_ffn,
+    link=None,
+    domain=0.0,
+    per_direction=False,
+):
     """One attention->FFN->attention round trip of ``tokens`` activations in one layer (the slower
     side's per-device link bounds it; MoE tokens go to the distinct devices of their ``k`` experts).
 
@@ -417,9 +519,14 @@ def weight_bytes_per_device(s: Shape, prec: Precision, *, tp, n, part="all"):
     """Weight bytes on each device: attention weights split ``tp`` ways (replicated over DP),
     embeddings and dense FFNs split over the ``n`` devices; MoE layers hold ``ceil(E / n)`` routed
     experts on the fullest device, every shared expert and the router."""
-    a = (s.attn_weights) * prec.weight_bytes / tp + (s.embed_params + s.lm_head_params) * prec.weight_bytes / n
-    moe = (s.n_moe * ((experts_per_device(s, n) + s.n_shared) * s.expert_params + s.h * s.n_experts)
-           if s.n_moe else 0.0)
+    a = (s.attn_weights) * prec.weight_bytes / tp + (
+        s.embed_params + s.lm_head_params
+    ) * prec.weight_bytes / n
+    moe = (
+        s.n_moe * ((experts_per_device(s, n) + s.n_shared) * s.expert_params + s.h * s.n_experts)
+        if s.n_moe
+        else 0.0
+    )
     f = (s.n_dense * s.dense_params / n + moe) * prec.weight_bytes
     return {"all": a + f, "attn": a, "ffn": f}[part]
 

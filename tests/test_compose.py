@@ -13,13 +13,17 @@ from analysis.tiering import tiers
 
 # a synthetic reuse curve (no trace needed): hits grow linearly up to 20M tokens of capacity
 REUSE = ReuseCurve(np.linspace(1e5, 2e7, 200), np.linspace(0.005, 1.0, 200), 10000.0, "synthetic")
-QEVICT = KVPolicy("qevict_recall", 0.5, hot_ratio=0.55, cold_ratio=0.6, recall_ratio_per_step=2e-4, kl=0.1, top1=0.8)
+QEVICT = KVPolicy(
+    "qevict_recall", 0.5, hot_ratio=0.55, cold_ratio=0.6, recall_ratio_per_step=2e-4, kl=0.1, top1=0.8
+)
 KIVI = KVPolicy("kivi4", 0.5, hot_ratio=0.5, kl=0.01, top1=0.95)
 BASE = Scenario(model="Llama-3.1-70B", gpu="H100-SXM5-80GB", input_tokens=16384, output_tokens=1000)
 
 
 def _direct(mode, I, O, slo=(10.0, 0.1), gpu="H100-SXM5-80GB", model="Llama-3.1-70B"):
-    p = search.best_plan(mode, model, search.Workload(I, O), search.SLO(*slo), search.default_hardware(gpu), budget=64)
+    p = search.best_plan(
+        mode, model, search.Workload(I, O), search.SLO(*slo), search.default_hardware(gpu), budget=64
+    )
     g = tiers.gpu_usd_per_s(tiers.Deployment(gpu=gpu))
     return O / p.tokens_per_s_per_device * g / (I + O) * 1e6
 
@@ -49,8 +53,13 @@ def test_reuse_through_a_fast_tier_lowers_gpu_cost():
     assert r1.prefill_ratio < 1 and r1.gpu_usd_per_mtok < r0.gpu_usd_per_mtok
 
 
-PRICE_FIELDS = ["dram_usd_per_byte", "cxl_usd_per_byte", "nvme_usd_per_byte", "qlc_usd_per_byte",
-                "ai_ssd_usd_per_byte"]
+PRICE_FIELDS = [
+    "dram_usd_per_byte",
+    "cxl_usd_per_byte",
+    "nvme_usd_per_byte",
+    "qlc_usd_per_byte",
+    "ai_ssd_usd_per_byte",
+]
 
 
 @pytest.mark.parametrize("layout", ["dram", "cxl", "nvme", "qlc", "ai_ssd"])
@@ -73,13 +82,19 @@ def test_cost_non_decreasing_in_every_price(layout, policy):
 @pytest.mark.parametrize("mode", ["C", "PD"])
 def test_cost_non_increasing_in_storage_bandwidth(mode):
     s = BASE.replace(layout="nvme", policy=QEVICT, hit_rate=0.8, mode=mode)
-    costs = [pipeline.evaluate(decide.tiers_scaled(s, nvme_bw_override=bw * 1e9), REUSE).usd_per_mtok
-             for bw in (0.5, 1, 2, 4, 8, 16, 32)]
+    costs = [
+        pipeline.evaluate(decide.tiers_scaled(s, nvme_bw_override=bw * 1e9), REUSE).usd_per_mtok
+        for bw in (0.5, 1, 2, 4, 8, 16, 32)
+    ]
     assert np.all(np.diff(costs) <= 1e-12 * max(costs)), costs
     assert costs[-1] < costs[0]
     # the cpu-bounce path is never faster than gpu-direct
-    b = pipeline.evaluate(decide.tiers_scaled(s, cpu_copy_cores=1).replace(
-        tiers=s.tiers.replace(data_path="cpu_bounce", cpu_copy_cores=1)), REUSE).usd_per_mtok
+    b = pipeline.evaluate(
+        decide.tiers_scaled(s, cpu_copy_cores=1).replace(
+            tiers=s.tiers.replace(data_path="cpu_bounce", cpu_copy_cores=1)
+        ),
+        REUSE,
+    ).usd_per_mtok
     assert b >= pipeline.evaluate(s, REUSE).usd_per_mtok - 1e-15
 
 
@@ -143,16 +158,19 @@ def test_kimi_linear_decodes_faster_than_its_all_mla_variant():
     assert a["tokens_per_s_per_device"] > b["tokens_per_s_per_device"]
 
 
-@pytest.mark.parametrize("change, match", [
-    (dict(layout="floppy"), "layout must be one of"),
-    (dict(layout="pool"), "layout must be one of"),
-    (dict(mode="4-way"), "mode must be one of C, PD, AF, 3-way, PDAF"),
-    (dict(hit_rate=1.5), "hit_rate must be in"),
-    (dict(transfer_overhead=0.5), "transfer_overhead must be >= 1"),
-    (dict(input_tokens=0), "input_tokens must be"),
-    (dict(ttft_slo_s=-1.0), "ttft_slo_s must be"),
-    (dict(input_tokens=200000), "exceed Llama-3.1-70B's context window"),
-])
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (dict(layout="floppy"), "layout must be one of"),
+        (dict(layout="pool"), "layout must be one of"),
+        (dict(mode="4-way"), "mode must be one of C, PD, AF, 3-way, PDAF"),
+        (dict(hit_rate=1.5), "hit_rate must be in"),
+        (dict(transfer_overhead=0.5), "transfer_overhead must be >= 1"),
+        (dict(input_tokens=0), "input_tokens must be"),
+        (dict(ttft_slo_s=-1.0), "ttft_slo_s must be"),
+        (dict(input_tokens=200000), "exceed Llama-3.1-70B's context window"),
+    ],
+)
 def test_bad_scenarios_raise_clear_errors(change, match):
     with pytest.raises(ComposeError, match=match):
         pipeline.evaluate(BASE.replace(**change), REUSE)
@@ -197,11 +215,38 @@ def test_from_summary_reduces_chapter4_rows_to_ratios():
 
     rows = []
     for doc, scale in (("docs:a", 1.0), ("docs:b", 2.0)):
-        rows.append(dict(document=doc, policy="full", budget=1.0, kl=0.0, top1=1.0, dppl=0.0, fits=True,
-                         bytes_full=1000 * scale, bytes_quantized=0, bytes_cold=0, recall_bytes=0, decode_steps=4))
-        rows.append(dict(document=doc, policy="qevict_recall", budget=0.5, kl=0.2 * scale, top1=0.75, dppl=0.1,
-                         fits=True, bytes_full=400 * scale, bytes_quantized=100 * scale, bytes_cold=300 * scale,
-                         recall_bytes=40 * scale, decode_steps=4))
+        rows.append(
+            dict(
+                document=doc,
+                policy="full",
+                budget=1.0,
+                kl=0.0,
+                top1=1.0,
+                dppl=0.0,
+                fits=True,
+                bytes_full=1000 * scale,
+                bytes_quantized=0,
+                bytes_cold=0,
+                recall_bytes=0,
+                decode_steps=4,
+            )
+        )
+        rows.append(
+            dict(
+                document=doc,
+                policy="qevict_recall",
+                budget=0.5,
+                kl=0.2 * scale,
+                top1=0.75,
+                dppl=0.1,
+                fits=True,
+                bytes_full=400 * scale,
+                bytes_quantized=100 * scale,
+                bytes_cold=300 * scale,
+                recall_bytes=40 * scale,
+                decode_steps=4,
+            )
+        )
     full, q = fidelity.from_summary(pd.DataFrame(rows))
     assert full == KVPolicy.full()
     assert q.name == "qevict_recall" and q.budget == 0.5
@@ -240,15 +285,25 @@ def test_fidelity_floor_needs_both_top1_and_perplexity():
 
 def test_findings_and_sentences_never_print_nan():
     opts = decide.options(["hbm", "nvme"], [KVPolicy.full(), KIVI], ["C", "PD"])
-    cells, _ = decide.decision_map(BASE, [4096, 16384], [0.0, 0.6], [1.0], opts, REUSE, decide.FidelityFloor())
+    cells, _ = decide.decision_map(
+        BASE, [4096, 16384], [0.0, 0.6], [1.0], opts, REUSE, decide.FidelityFloor()
+    )
     F = decide.map_findings(cells)
     assert F["n_cells"] == 4 and 0 <= F["share_off_hbm"] <= 1
     assert "nan" not in F["hbm_max_hit_text"] and "nan" not in F["top_offhbm_layout"]
-    df = decide.sweep(BASE.replace(hit_rate=0.6), [0.5, 4.0], lambda b, v: decide.tiers_scaled(
-        b, nvme_usd_per_byte=v), opts, REUSE, decide.FidelityFloor())
+    df = decide.sweep(
+        BASE.replace(hit_rate=0.6),
+        [0.5, 4.0],
+        lambda b, v: decide.tiers_scaled(b, nvme_usd_per_byte=v),
+        opts,
+        REUSE,
+        decide.FidelityFloor(),
+    )
     text = decide.describe_sweep(df)
     assert "cheapest option" in text and "nan" not in text
-    none = decide.sweep(BASE, [1.0], lambda b, v: b.replace(tpot_slo_s=1e-6), opts, REUSE, decide.FidelityFloor())
+    none = decide.sweep(
+        BASE, [1.0], lambda b, v: b.replace(tpot_slo_s=1e-6), opts, REUSE, decide.FidelityFloor()
+    )
     assert decide.describe_sweep(none) == "no option is admissible at any value"
     assert math.isnan(decide.group_change(none, ["PD"]))
 

@@ -21,7 +21,9 @@ def test_every_row_is_predicted_or_listed(rows):
     # the rows the book cannot predict all say why
     assert (p.loc[~ok, "skip_reason"].str.len() > 0).all()
     assert ok.sum() > 0.6 * len(p)
-    assert (p.loc[p["model_path"] == "zhipuai/GLM-5", "skip_reason"].str.contains("not in data/models.csv")).all()
+    assert (
+        p.loc[p["model_path"] == "zhipuai/GLM-5", "skip_reason"].str.contains("not in data/models.csv")
+    ).all()
 
 
 def test_split_is_grouped_and_deterministic(rows):

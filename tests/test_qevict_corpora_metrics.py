@@ -34,9 +34,15 @@ def test_stdlib_documents(tok):
 
 
 def test_needle_document_deterministic_and_answerable(tok):
-    a = corpora.load_document("needle:textwrap", tok, 600, prefill_tokens=480, n_needles=3, n_queries=2, seed=7)
-    b = corpora.load_document("needle:textwrap", tok, 600, prefill_tokens=480, n_needles=3, n_queries=2, seed=7)
-    c = corpora.load_document("needle:textwrap", tok, 600, prefill_tokens=480, n_needles=3, n_queries=2, seed=8)
+    a = corpora.load_document(
+        "needle:textwrap", tok, 600, prefill_tokens=480, n_needles=3, n_queries=2, seed=7
+    )
+    b = corpora.load_document(
+        "needle:textwrap", tok, 600, prefill_tokens=480, n_needles=3, n_queries=2, seed=7
+    )
+    c = corpora.load_document(
+        "needle:textwrap", tok, 600, prefill_tokens=480, n_needles=3, n_queries=2, seed=8
+    )
     assert np.array_equal(a.tokens, b.tokens) and a.sha256 == b.sha256
     assert a.sha256 != c.sha256
     assert len(a) == 600 and len(a.answers) == 2
@@ -83,9 +89,11 @@ def test_bootstrap_and_compare():
     assert bootstrap_ci([1.0, 2.0, 3.0], seed=3) == bootstrap_ci([1.0, 2.0, 3.0], seed=3)
     rows = []
     for d in range(5):
-        rows += [dict(document=f"d{d}", policy="q", budget=0.2, kl=0.1 + 0.01 * d),
-                 dict(document=f"d{d}", policy="b", budget=0.2, kl=0.3 + 0.01 * d),
-                 dict(document=f"d{d}", policy="c", budget=0.2, kl=0.1 + 0.01 * d + (0.05 if d % 2 else -0.05))]
+        rows += [
+            dict(document=f"d{d}", policy="q", budget=0.2, kl=0.1 + 0.01 * d),
+            dict(document=f"d{d}", policy="b", budget=0.2, kl=0.3 + 0.01 * d),
+            dict(document=f"d{d}", policy="c", budget=0.2, kl=0.1 + 0.01 * d + (0.05 if d % 2 else -0.05)),
+        ]
     cmp = compare(pd.DataFrame(rows), "q", ["b", "c"], "kl")
     assert cmp.set_index("baseline").loc["b", "verdict"] == "better"
     assert cmp.set_index("baseline").loc["c", "verdict"] == "no clear difference"

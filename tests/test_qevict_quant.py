@@ -2,8 +2,13 @@
 import numpy as np
 import pytest
 
-from analysis.qevict.quant import (full_window_bytes, quant_error_bound, quant_window_bytes, quantize_keys,
-                                   quantize_values)
+from analysis.qevict.quant import (
+    full_window_bytes,
+    quant_error_bound,
+    quant_window_bytes,
+    quantize_keys,
+    quantize_values,
+)
 
 
 @pytest.mark.parametrize("bits", [2, 3, 4, 8])

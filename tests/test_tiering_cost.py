@@ -18,7 +18,9 @@ def small():
     return tr, lru_hit_curve(tr)
 
 
-@pytest.mark.parametrize("gpu,key", [("A800-SXM4-80GB", "mooncake_eq2_a800"), ("H800-SXM5-80GB", "mooncake_eq2_h800")])
+@pytest.mark.parametrize(
+    "gpu,key", [("A800-SXM4-80GB", "mooncake_eq2_a800"), ("H800-SXM5-80GB", "mooncake_eq2_h800")]
+)
 def test_mooncake_eq2_within_10_percent(gpu, key):
     pub = data.published(key)
     b = L.reuse_bandwidth_needed("Llama-3.1-70B", gpu, 8192, n_gpus=8)
@@ -49,12 +51,18 @@ def test_implied_coefficient_consistent_between_gpus():
 
 # ------------------------------------------------------------------------------ tiers
 
+
 def test_deployment_rejects_nonsense():
     d = T.Deployment()
-    for kw, msg in [({"dram_usd_per_byte": -1.0}, "dram_usd_per_byte"), ({"compute_eff": 1.5}, "compute_eff"),
-                    ({"compute_eff": 0.0}, "compute_eff"), ({"data_path": "magic"}, "data_path"),
-                    ({"ai_ssd_bits": 7}, "ai_ssd_bits"), ({"pue": 0.5}, "pue"),
-                    ({"nvme_drives": float("nan")}, "nvme_drives")]:
+    for kw, msg in [
+        ({"dram_usd_per_byte": -1.0}, "dram_usd_per_byte"),
+        ({"compute_eff": 1.5}, "compute_eff"),
+        ({"compute_eff": 0.0}, "compute_eff"),
+        ({"data_path": "magic"}, "data_path"),
+        ({"ai_ssd_bits": 7}, "ai_ssd_bits"),
+        ({"pue": 0.5}, "pue"),
+        ({"nvme_drives": float("nan")}, "nvme_drives"),
+    ]:
         with pytest.raises(ValueError, match=msg):
             d.replace(**kw)
     with pytest.raises(UnknownNameError, match="Allowed"):
@@ -66,7 +74,9 @@ def test_deployment_rejects_nonsense():
 def test_cpu_bounce_never_faster_and_capped_by_copy_cores():
     d = T.Deployment(nvme_drives=8)
     direct = T.build_tier("nvme", d)
-    bounce = T.build_tier("nvme", d.replace(data_path="cpu_bounce", cpu_copy_cores=2, cpu_copy_bw_per_core=5e9))
+    bounce = T.build_tier(
+        "nvme", d.replace(data_path="cpu_bounce", cpu_copy_cores=2, cpu_copy_bw_per_core=5e9)
+    )
     assert bounce.bandwidth <= direct.bandwidth
     assert bounce.bandwidth == pytest.approx(d.bw_eff * 2 * 5e9) and bounce.limit == "CPU copy cores"
 
@@ -84,11 +94,13 @@ def test_ai_ssd_quantization_shrinks_bytes_and_plausibility():
 def test_hbm_tier_is_what_weights_leave():
     d = T.Deployment(model="Llama-3.1-70B", gpu="H800-SXM5-80GB", tp=8, hbm_cache_fraction=1.0)
     from analysis import kv
+
     free = 8 * 80e9 - kv.weight_bytes("Llama-3.1-70B")
     assert T.hbm_cache_tokens(d) == pytest.approx(free / kv.kv_bytes_per_token_all_layers("Llama-3.1-70B"))
 
 
 # ------------------------------------------------------------------------------ replay
+
 
 def _econ(d, **kw):
     return R.Economics(T.gpu_usd_per_s(d), **{"slo_s": 5.0, **kw})
@@ -137,8 +149,11 @@ def test_fcfs_by_hand_and_errors():
     assert start.tolist() == [0.0, 0.0, 2.0, 10.0]
     with pytest.raises(ValueError, match="n_instances"):
         R.fcfs_start_times(np.array([0.0]), np.array([1.0]), 0)
-    for kw, msg in [({"gpu_usd_per_s": 0.0, "slo_s": 1.0}, "gpu_usd_per_s"), ({"gpu_usd_per_s": 1.0, "slo_s": -1.0}, "slo_s"),
-                    ({"gpu_usd_per_s": 1.0, "slo_s": 1.0, "attainment_target": 1.5}, "attainment_target")]:
+    for kw, msg in [
+        ({"gpu_usd_per_s": 0.0, "slo_s": 1.0}, "gpu_usd_per_s"),
+        ({"gpu_usd_per_s": 1.0, "slo_s": -1.0}, "slo_s"),
+        ({"gpu_usd_per_s": 1.0, "slo_s": 1.0, "attainment_target": 1.5}, "attainment_target"),
+    ]:
         with pytest.raises(ValueError, match=msg):
             R.Economics(**kw)
 

@@ -11,8 +11,14 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from _tiering_reference import lru_prefix_hits, lru_prefix_hits_fast  # noqa: E402
 
-from analysis.tiering import TraceError, from_requests, load_trace, lru_hit_curve, stack_distances  # noqa: E402
-from analysis.tiering import policies  # noqa: E402
+from analysis.tiering import (  # noqa: E402
+    TraceError,
+    from_requests,
+    load_trace,
+    lru_hit_curve,
+    policies,  # noqa: E402
+    stack_distances,
+)
 
 
 def random_requests(seed, n_req=120, n_roots=6, max_len=9, dup_prob=0.0):
@@ -186,7 +192,8 @@ def test_any_path_in_same_format(tmp_path):
 
 # ------------------------------------------------------------------------------ property test
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st
 
 
 @settings(max_examples=60, deadline=None)

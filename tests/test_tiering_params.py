@@ -13,18 +13,30 @@ def test_defaults_validate_and_build():
     d = tp.deployment(p)
     econ = tp.economics(p, d)
     assert econ.gpu_usd_per_s == pytest.approx(specs.gpu(p["gpu"])["rent"])
-    assert d.nvme_usd_per_byte == pytest.approx(specs.hardware("Micron-9550-MAX-25.6TB")["price_per_capacity"])
+    assert d.nvme_usd_per_byte == pytest.approx(
+        specs.hardware("Micron-9550-MAX-25.6TB")["price_per_capacity"]
+    )
     assert d.dram_usd_per_byte == pytest.approx(specs.hardware("DDR5-6400-RDIMM-64GB")["price_per_capacity"])
 
 
-@pytest.mark.parametrize("bad,msg", [
-    ({"tp": 0}, "tp"), ({"compute_eff": 1.5}, "compute_eff"), ({"configs": ["tape"]}, "configs"),
-    ({"gpu": "H900"}, "allowed: A800"), ({"data_path": "pigeon"}, "data_path"), ({"ai_ssd_bits": 7}, "ai_ssd_bits"),
-    ({"slo_ttft_s": 0.0}, "slo_ttft_s"), ({"nvme_usd_per_tb": -1.0}, "nvme_usd_per_tb"),
-    ({"policies": ["fifo"]}, "policies"), ({"bogus": 1}, "unknown parameter"),
-    ({"nvme_write_gb_s": -1.0}, "nvme_write_gb_s"), ({"routing_policies": ["sticky"]}, "routing_policies"),
-    ({"admission_runs": ["lru+maybe"]}, "admission_runs"),
-])
+@pytest.mark.parametrize(
+    "bad,msg",
+    [
+        ({"tp": 0}, "tp"),
+        ({"compute_eff": 1.5}, "compute_eff"),
+        ({"configs": ["tape"]}, "configs"),
+        ({"gpu": "H900"}, "allowed: A800"),
+        ({"data_path": "pigeon"}, "data_path"),
+        ({"ai_ssd_bits": 7}, "ai_ssd_bits"),
+        ({"slo_ttft_s": 0.0}, "slo_ttft_s"),
+        ({"nvme_usd_per_tb": -1.0}, "nvme_usd_per_tb"),
+        ({"policies": ["fifo"]}, "policies"),
+        ({"bogus": 1}, "unknown parameter"),
+        ({"nvme_write_gb_s": -1.0}, "nvme_write_gb_s"),
+        ({"routing_policies": ["sticky"]}, "routing_policies"),
+        ({"admission_runs": ["lru+maybe"]}, "admission_runs"),
+    ],
+)
 def test_nonsense_is_refused_before_running(bad, msg):
     with pytest.raises(ParameterError, match=msg):
         rerun.prepare("book/02_ssd_offload.md", bad)
@@ -40,6 +52,7 @@ def test_gpu_rent_override_and_own_basis():
 
 def test_zero_endurance_and_too_many_instances_fail_before_work():
     from analysis.tiering import from_requests
+
     p = params.validate(params.schema("02_ssd_offload"), params.defaults("02_ssd_offload"))
     for k in ("nvme_dwpd", "qlc_dwpd", "nvme_write_gb_s"):
         with pytest.raises(ValueError, match=k.replace("_gb_s", "")):

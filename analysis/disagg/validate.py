@@ -13,7 +13,8 @@ wave a request's first token comes on average after half the wave prefill, and i
 the rest of the wave (``TTFT_wave = (W + t_req)/2``, ``TPOT_wave = t_dec + (W - TTFT)/(osl - 1)``).
 Fully desynchronised clients would instead see steady chunked prefill (``TTFT_steady`` a few mixed
 iterations, ``TPOT_steady`` the mean iteration). The prediction mixes the two with a per-backend
-synchronisation weight ``sync`` (fitted; prefill-first schedulers keep more of the wave). Clients beyond ``A`` queue: ``TTFT += (c - A) / X`` with ``X = A / cycle``
+synchronisation weight ``sync`` (fitted; prefill-first schedulers keep more of the wave).
+Clients beyond ``A`` queue: ``TTFT += (c - A) / X`` with ``X = A / cycle``
 (Little's law).
 
 **Disaggregated (``disagg``).** Prefill workers serve a FIFO queue (``W_p`` workers, ``pbs`` prompts
@@ -27,6 +28,7 @@ with the wave value by ``sync_disagg``. Rows that do not give worker counts cann
 Rows whose model is not in ``data/models.csv`` or that lack the concurrency or parallel sizes are
 *listed*, never dropped silently (:func:`load_rows` returns them with a ``skip_reason``).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -41,28 +43,57 @@ from ..forward import Efficiency, Precision
 
 # measured model_path -> data/models.csv name (same architecture)
 MODEL_MAP = {
-    "deepseek-ai/DeepSeek-R1": "DeepSeek-R1", "nvidia/DeepSeek-R1-NVFP4": "DeepSeek-R1",
+    "deepseek-ai/DeepSeek-R1": "DeepSeek-R1",
+    "nvidia/DeepSeek-R1-NVFP4": "DeepSeek-R1",
     "deepseek-ai/DeepSeek-V3": "DeepSeek-V3",
     "nvidia/DeepSeek-V3.1-NVFP4": "DeepSeek-V3",  # V3.1 keeps the V3 architecture (config.json)
-    "MiniMaxAI/MiniMax-M2.5": "MiniMax-M2.5", "openai/gpt-oss-120b": "gpt-oss-120b",
-    "meta-llama/Llama-3.1-70B": "Llama-3.1-70B", "Qwen/Qwen3-32B": "Qwen3-32B",
-    "nvidia/Qwen3-32B-NVFP4": "Qwen3-32B", "Qwen/Qwen3.5-397B-A17B": "Qwen3.5-397B-A17B",
-    "moonshotai/Kimi-K2.5": "Kimi-K2.5", "meta-llama/Llama-3.1-8B-Instruct": "Llama-3.1-8B",
-    "nvidia/Llama-3.1-8B-Instruct-FP8": "Llama-3.1-8B", "Qwen/Qwen3-235B-A22B-FP8": "Qwen3-235B-A22B",
+    "MiniMaxAI/MiniMax-M2.5": "MiniMax-M2.5",
+    "openai/gpt-oss-120b": "gpt-oss-120b",
+    "meta-llama/Llama-3.1-70B": "Llama-3.1-70B",
+    "Qwen/Qwen3-32B": "Qwen3-32B",
+    "nvidia/Qwen3-32B-NVFP4": "Qwen3-32B",
+    "Qwen/Qwen3.5-397B-A17B": "Qwen3.5-397B-A17B",
+    "moonshotai/Kimi-K2.5": "Kimi-K2.5",
+    "meta-llama/Llama-3.1-8B-Instruct": "Llama-3.1-8B",
+    "nvidia/Llama-3.1-8B-Instruct-FP8": "Llama-3.1-8B",
+    "Qwen/Qwen3-235B-A22B-FP8": "Qwen3-235B-A22B",
 }
-SYSTEM_MAP = {"h100_sxm": "H100-SXM5-80GB", "h200_sxm": "H200-SXM-141GB", "b200_sxm": "B200-SXM-180GB",
-              "b300_sxm": "B300-SXM-288GB", "gb200": "GB200-NVL72", "gb300": "GB300-NVL72"}
+SYSTEM_MAP = {
+    "h100_sxm": "H100-SXM5-80GB",
+    "h200_sxm": "H200-SXM-141GB",
+    "b200_sxm": "B200-SXM-180GB",
+    "b300_sxm": "B300-SXM-288GB",
+    "gb200": "GB200-NVL72",
+    "gb300": "GB300-NVL72",
+}
 QUANT = {  # quant mode -> (weight bytes per element, compute dtype)
-    "fp8": (1.0, "fp8"), "fp8_block": (1.0, "fp8"), "nvfp4": (0.5625, "fp4"), "int4_wo": (0.5625, "bf16"),
-    "bf16": (2.0, "bf16"), "float16": (2.0, "bf16"),
+    "fp8": (1.0, "fp8"),
+    "fp8_block": (1.0, "fp8"),
+    "nvfp4": (0.5625, "fp4"),
+    "int4_wo": (0.5625, "bf16"),
+    "bf16": (2.0, "bf16"),
+    "float16": (2.0, "bf16"),
 }
 SYSTEMS = tuple(SYSTEM_MAP)
 BACKENDS = ("trtllm", "sglang", "vllm")
 
 
-NUMERIC = ("isl", "osl", "concurrency", "tp_size", "attention_dp_size", "batch_size", "prefill_tp_size",
-           "prefill_attention_dp_size", "decode_tp_size", "decode_attention_dp_size", "prefill_num_workers",
-           "decode_num_workers", "prefill_batch_size", "decode_batch_size")
+NUMERIC = (
+    "isl",
+    "osl",
+    "concurrency",
+    "tp_size",
+    "attention_dp_size",
+    "batch_size",
+    "prefill_tp_size",
+    "prefill_attention_dp_size",
+    "decode_tp_size",
+    "decode_attention_dp_size",
+    "prefill_num_workers",
+    "decode_num_workers",
+    "prefill_batch_size",
+    "decode_batch_size",
+)
 
 
 def _num(g, col, default=np.nan):
@@ -97,8 +128,9 @@ def load_rows(assume_workers: bool = False) -> pd.DataFrame:
     df["precision"] = df["precision"].fillna("bf16")
     for col in ("gemm_quant_mode", "moe_quant_mode"):
         df[col] = df[col].fillna(df["precision"])
-    src_c = pd.to_numeric(df["silicon_data_source"].astype(str).str.extract(r"silicon_concurrency=(\d+)")[0],
-                          errors="coerce")
+    src_c = pd.to_numeric(
+        df["silicon_data_source"].astype(str).str.extract(r"silicon_concurrency=(\d+)")[0], errors="coerce"
+    )
     id_c = pd.to_numeric(df["id"].astype(str).str.extract(r"_c(\d+)_")[0], errors="coerce")
     df["concurrency"] = src_c.fillna(id_c)
     df["model"] = df["model_path"].map(MODEL_MAP)
@@ -118,18 +150,26 @@ def load_rows(assume_workers: bool = False) -> pd.DataFrame:
             why.append("no tp_size")
         if r.mode == "disagg" and not (np.isfinite(r.prefill_tp_size) and np.isfinite(r.decode_tp_size)):
             why.append("no prefill/decode tp_size")
-        if (r.mode == "disagg" and not assume_workers
-                and not (np.isfinite(r.prefill_num_workers) and np.isfinite(r.decode_num_workers))):
+        if (
+            r.mode == "disagg"
+            and not assume_workers
+            and not (np.isfinite(r.prefill_num_workers) and np.isfinite(r.decode_num_workers))
+        ):
             why.append("disagg run without prefill/decode worker counts")
         if not (np.isfinite(r.silicon_ttft_ms) and np.isfinite(r.silicon_tpot_ms)):
             why.append("no measured TTFT/TPOT")
         reasons.append("; ".join(why))
     df["skip_reason"] = reasons
-    df["source_kind"] = np.where(df["silicon_data_source"].astype(str).str.startswith("db-dump"), "db", "export")
+    df["source_kind"] = np.where(
+        df["silicon_data_source"].astype(str).str.startswith("db-dump"), "db", "export"
+    )
     df["group"] = df["id"].astype(str).str.replace(r"_c\d+_", "_c_", regex=True)
-    df["split"] = [("train" if int(hashlib.sha256(g.encode()).hexdigest(), 16) % 2 == 0 else "test")
-                   for g in df["group"]]
-    df["assumed_workers"] = (df["mode"] == "disagg") & (df["prefill_num_workers"].isna() | df["decode_num_workers"].isna())
+    df["split"] = [
+        ("train" if int(hashlib.sha256(g.encode()).hexdigest(), 16) % 2 == 0 else "test") for g in df["group"]
+    ]
+    df["assumed_workers"] = (df["mode"] == "disagg") & (
+        df["prefill_num_workers"].isna() | df["decode_num_workers"].isna()
+    )
     return df
 
 
@@ -151,11 +191,16 @@ class Calibration:
     layer_overhead_s: dict = field(default_factory=lambda: {b: 2e-5 for b in BACKENDS})
 
     def vector(self):
-        return np.r_[[self.compute[s] for s in SYSTEMS], [self.bandwidth[s] for s in SYSTEMS],
-                     [self.step_overhead_s[b] for b in BACKENDS], [self.ttft_overhead_s[b] for b in BACKENDS],
-                     [self.sync[b] for b in BACKENDS], self.sync_disagg,
-                     [self.layer_overhead_s[b] for b in BACKENDS],
-                     [np.log2(self.chunk_tokens[b]) for b in BACKENDS]]
+        return np.r_[
+            [self.compute[s] for s in SYSTEMS],
+            [self.bandwidth[s] for s in SYSTEMS],
+            [self.step_overhead_s[b] for b in BACKENDS],
+            [self.ttft_overhead_s[b] for b in BACKENDS],
+            [self.sync[b] for b in BACKENDS],
+            self.sync_disagg,
+            [self.layer_overhead_s[b] for b in BACKENDS],
+            [np.log2(self.chunk_tokens[b]) for b in BACKENDS],
+        ]
 
     @staticmethod
     def bounds():
@@ -168,11 +213,16 @@ class Calibration:
     def from_vector(cls, v):
         n, k = len(SYSTEMS), len(BACKENDS)
         v = [float(x) for x in v]
-        return cls(dict(zip(SYSTEMS, v[:n])), dict(zip(SYSTEMS, v[n:2 * n])),
-                   dict(zip(BACKENDS, v[2 * n:2 * n + k])), dict(zip(BACKENDS, v[2 * n + k:2 * n + 2 * k])),
-                   dict(zip(BACKENDS, v[2 * n + 2 * k:2 * n + 3 * k])), v[2 * n + 3 * k],
-                   {b: 2.0 ** x for b, x in zip(BACKENDS, v[2 * n + 4 * k + 1:2 * n + 5 * k + 1])},
-                   dict(zip(BACKENDS, v[2 * n + 3 * k + 1:2 * n + 4 * k + 1])))
+        return cls(
+            dict(zip(SYSTEMS, v[:n])),
+            dict(zip(SYSTEMS, v[n : 2 * n])),
+            dict(zip(BACKENDS, v[2 * n : 2 * n + k])),
+            dict(zip(BACKENDS, v[2 * n + k : 2 * n + 2 * k])),
+            dict(zip(BACKENDS, v[2 * n + 2 * k : 2 * n + 3 * k])),
+            v[2 * n + 3 * k],
+            {b: 2.0**x for b, x in zip(BACKENDS, v[2 * n + 4 * k + 1 : 2 * n + 5 * k + 1])},
+            dict(zip(BACKENDS, v[2 * n + 3 * k + 1 : 2 * n + 4 * k + 1])),
+        )
 
 
 def _prepare(rows: pd.DataFrame, net_bw: float) -> list:
@@ -193,12 +243,25 @@ def _prepare(rows: pd.DataFrame, net_bw: float) -> list:
         prec = Precision(weight_bytes=wb, kv_bytes=np.where(fp8kv, 1.0, 2.0), act_bytes=2.0, compute="bf16")
         hwc = {h: specs.gpu(h) for h in set(g["hardware"])}
         hws = [hwc[h] for h in g["hardware"]]
-        dev = {"flops": np.array([hw.flops(c) for hw, c in zip(hws, comp)]),
-               "attn_flops": np.array([hw.flops("bf16") for hw in hws]),
-               "bw": np.array([hw["hbm_bandwidth"] for hw in hws]), "cap": np.array([hw["hbm_capacity"] for hw in hws]),
-               "link": np.array([hw["nvlink_bandwidth"] / 2 for hw in hws]), "net": np.full(len(g), float(net_bw))}
-        out.append({"model": model, "mode": mode, "shape": s, "index": g.index, "cols": cols, "prec": prec,
-                    "dev": dev})
+        dev = {
+            "flops": np.array([hw.flops(c) for hw, c in zip(hws, comp)]),
+            "attn_flops": np.array([hw.flops("bf16") for hw in hws]),
+            "bw": np.array([hw["hbm_bandwidth"] for hw in hws]),
+            "cap": np.array([hw["hbm_capacity"] for hw in hws]),
+            "link": np.array([hw["nvlink_bandwidth"] / 2 for hw in hws]),
+            "net": np.full(len(g), float(net_bw)),
+        }
+        out.append(
+            {
+                "model": model,
+                "mode": mode,
+                "shape": s,
+                "index": g.index,
+                "cols": cols,
+                "prec": prec,
+                "dev": dev,
+            }
+        )
     return out
 
 
@@ -206,8 +269,13 @@ def _eff(g, cal: Calibration, base: Efficiency) -> Efficiency:
     return Efficiency(
         compute=np.array([cal.compute[s] for s in SYSTEMS])[g["sys_idx"]],
         bandwidth=np.array([cal.bandwidth[s] for s in SYSTEMS])[g["sys_idx"]],
-        link=base.link, step_overhead_s=_bk(cal.step_overhead_s, g), layer_overhead_s=_bk(cal.layer_overhead_s, g),
-        collective_latency_s=base.collective_latency_s, moe_imbalance=base.moe_imbalance, mem_reserve=base.mem_reserve)
+        link=base.link,
+        step_overhead_s=_bk(cal.step_overhead_s, g),
+        layer_overhead_s=_bk(cal.layer_overhead_s, g),
+        collective_latency_s=base.collective_latency_s,
+        moe_imbalance=base.moe_imbalance,
+        mem_reserve=base.mem_reserve,
+    )
 
 
 def _agg(s, g, eff, prec, dev, cal):
@@ -262,15 +330,20 @@ def _disagg(s, g, eff, prec, dev, cal):
     pseqs = pbs * dpp
     t_p = costs.colocated_pass_time(s, prec, eff, dev, tp=tpp, dp=dpp, pre_seqs=pseqs, pre_len=I)
     mu_p = Wp * pseqs / t_p
-    exposed = costs.kv_transfer_exposed(s, prec, eff, seqs=pseqs, tokens=I, t_pass=t_p, devices=tpp * dpp,
-                                        net=dev["net"])
+    exposed = costs.kv_transfer_exposed(
+        s, prec, eff, seqs=pseqs, tokens=I, t_pass=t_p, devices=tpp * dpp, net=dev["net"]
+    )
     nd = tpd * dpd
     w = costs.weight_bytes_per_device(s, prec, tp=tpd, n=nd)
     kv1 = costs.kv_bytes_per_device(s, prec, seqs=1.0, ctx=I + O, tp=tpd, dp=1.0)
-    cap_d = np.minimum(np.maximum(np.floor((dev["cap"] * (1 - eff.mem_reserve) - w) / kv1) * dpd, 1.0), dbs * dpd)
+    cap_d = np.minimum(
+        np.maximum(np.floor((dev["cap"] * (1 - eff.mem_reserve) - w) / kv1) * dpd, 1.0), dbs * dpd
+    )
     A = np.minimum(c / Wd, cap_d)
     for _ in range(8):
-        t_dec = costs.colocated_pass_time(s, prec, eff, dev, tp=tpd, dp=dpd, dec_seqs=np.maximum(A, 1), dec_ctx=ctx)
+        t_dec = costs.colocated_pass_time(
+            s, prec, eff, dev, tp=tpd, dp=dpd, dec_seqs=np.maximum(A, 1), dec_ctx=ctx
+        )
         X = np.minimum.reduce([mu_p, c / (t_p + exposed + (O - 1) * t_dec), Wd * cap_d / ((O - 1) * t_dec)])
         A = np.clip(X * (O - 1) * t_dec / Wd, 1.0, cap_d)
     ttft_s = np.maximum(c / X - (O - 1) * t_dec, t_p + exposed)
@@ -290,8 +363,14 @@ def _predict_arrays(groups, cal: Calibration, base: Efficiency):
     return out
 
 
-def predict(rows: pd.DataFrame, cal: Calibration | None = None, *, base: Efficiency = Efficiency(),
-            net_bw: float = 50e9, _groups=None) -> pd.DataFrame:
+def predict(
+    rows: pd.DataFrame,
+    cal: Calibration | None = None,
+    *,
+    base: Efficiency = Efficiency(),
+    net_bw: float = 50e9,
+    _groups=None,
+) -> pd.DataFrame:
     """Predicted ``pred_ttft_ms`` / ``pred_tpot_ms`` for every predictable row (others NaN)."""
     cal = cal or Calibration()
     out = rows.copy()
@@ -319,8 +398,13 @@ def fit(rows: pd.DataFrame, *, split="train", max_nfev=60, **kw) -> Calibration:
 
     groups = _prepare(r, kw.get("net_bw", 50e9))
     base = kw.get("base", Efficiency())
-    meas = {id(G): (r.loc[G["index"], "silicon_ttft_ms"].to_numpy() / 1e3,
-                    r.loc[G["index"], "silicon_tpot_ms"].to_numpy() / 1e3) for G in groups}
+    meas = {
+        id(G): (
+            r.loc[G["index"], "silicon_ttft_ms"].to_numpy() / 1e3,
+            r.loc[G["index"], "silicon_tpot_ms"].to_numpy() / 1e3,
+        )
+        for G in groups
+    }
 
     def resid(v):
         cal = Calibration.from_vector(v)
@@ -331,18 +415,27 @@ def fit(rows: pd.DataFrame, *, split="train", max_nfev=60, **kw) -> Calibration:
         e = np.concatenate(parts)
         return np.nan_to_num(e, nan=5.0, posinf=5.0, neginf=-5.0)
 
-    res = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.3, max_nfev=max_nfev,
-                        diff_step=1e-3)
+    res = least_squares(
+        resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.3, max_nfev=max_nfev, diff_step=1e-3
+    )
     return Calibration.from_vector(res.x)
 
 
 def summary(pred: pd.DataFrame, by=None) -> pd.DataFrame:
     """Median and 90th-percentile absolute relative error of TTFT and TPOT (and row counts)."""
     p = pred[pred["skip_reason"] == ""]
+
     def agg(g):
-        return pd.Series({"rows": len(g), "ttft_median": g["err_ttft"].abs().median(),
-                          "ttft_p90": g["err_ttft"].abs().quantile(0.9), "tpot_median": g["err_tpot"].abs().median(),
-                          "tpot_p90": g["err_tpot"].abs().quantile(0.9)})
+        return pd.Series(
+            {
+                "rows": len(g),
+                "ttft_median": g["err_ttft"].abs().median(),
+                "ttft_p90": g["err_ttft"].abs().quantile(0.9),
+                "tpot_median": g["err_tpot"].abs().median(),
+                "tpot_p90": g["err_tpot"].abs().quantile(0.9),
+            }
+        )
+
     if by is None:
         return agg(p).to_frame().T
     return p.groupby(by).apply(agg, include_groups=False)

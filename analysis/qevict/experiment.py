@@ -69,25 +69,55 @@ def run_experiment(p: dict, *, verbose: bool = False) -> Experiment:
         docs.append(doc)
         results.append(res)
         rows.append(summarize_run(res, spec, doc.answers))
-        lr = global_lir(res["attn_full"], P, p["window_tokens"], p["lir_gap_steps"], p["lir_tau"], p["sink_windows"])
+        lr = global_lir(
+            res["attn_full"], P, p["window_tokens"], p["lir_gap_steps"], p["lir_tau"], p["sink_windows"]
+        )
         lr.insert(0, "document", spec)
         lirs.append(lr)
-        drifts.append(dict(document=spec, genre=doc.kind, **document_drift(
-            res["attn_full"], P, p["window_tokens"], gap=p["lir_gap_steps"], tau=p["lir_tau"],
-            sink_windows=p["sink_windows"], seed=p["seed"])))
+        drifts.append(
+            dict(
+                document=spec,
+                genre=doc.kind,
+                **document_drift(
+                    res["attn_full"],
+                    P,
+                    p["window_tokens"],
+                    gap=p["lir_gap_steps"],
+                    tau=p["lir_tau"],
+                    sink_windows=p["sink_windows"],
+                    seed=p["seed"],
+                ),
+            )
+        )
     if tuned is not None:
         from .tuning import check_disjoint
 
         tdocs = {}
         for spec in tuned["tuning_documents"]:
             tP, tD = tuned["prefill_tokens"], tuned["decode_tokens"]
-            tdocs[spec] = load_document(spec, tok, tP + tD + 1, prefill_tokens=tP, n_needles=p["n_needles"],
-                                        n_queries=p["n_queries"], seed=p["seed"]).tokens
+            tdocs[spec] = load_document(
+                spec,
+                tok,
+                tP + tD + 1,
+                prefill_tokens=tP,
+                n_needles=p["n_needles"],
+                n_queries=p["n_queries"],
+                seed=p["seed"],
+            ).tokens
         check_disjoint(tdocs, {d.spec: d.tokens for d in docs})
     summary = pd.concat(rows, ignore_index=True)
     summary.insert(1, "genre", summary.document.str.split(":").str[0])
-    return Experiment(p, docs, results, summary, pd.concat(lirs, ignore_index=True),
-                      time.perf_counter() - t0, timings, pd.DataFrame(drifts), tuned)
+    return Experiment(
+        p,
+        docs,
+        results,
+        summary,
+        pd.concat(lirs, ignore_index=True),
+        time.perf_counter() - t0,
+        timings,
+        pd.DataFrame(drifts),
+        tuned,
+    )
 
 
 def perplexity(model, tokens) -> float:
@@ -114,6 +144,10 @@ def layout_check(module: str = "argparse", n_tokens: int = 1024) -> dict:
         wrong = perplexity(LlamaModel.from_gguf(gguf_path(), unpermute_qk=False), ids)
         return dict(right=right, wrong=wrong, tokens=len(ids), module=module)
 
-    inputs = dict(module=module, n=int(n_tokens), tokens=hashlib.sha256(ids.tobytes()).hexdigest(),
-                  model=file_sha256(gguf_path()))
+    inputs = dict(
+        module=module,
+        n=int(n_tokens),
+        tokens=hashlib.sha256(ids.tobytes()).hexdigest(),
+        model=file_sha256(gguf_path()),
+    )
     return cached("qevict_layout", inputs, compute)

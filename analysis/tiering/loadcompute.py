@@ -24,7 +24,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import kv, roofline
-from ..specs import gpu as _gpu, model as _model
+from ..specs import gpu as _gpu
+from ..specs import model as _model
 
 
 def _check_prefix(prefix_tokens):
@@ -79,14 +80,21 @@ def our_eq1_coefficient(model, prefix_tokens):
             "total": (weights + 2.0 * lm + attn) / d2}
 
 
-def requirement_grid(models, gpus, prefix_tokens, *, n_gpus=8, dtype="bf16", kv_dtype="bf16", compute_eff=1.0):
+def requirement_grid(
+    models, gpus, prefix_tokens, *, n_gpus=8, dtype="bf16", kv_dtype="bf16", compute_eff=1.0
+):
     """Tidy rows: Mooncake's reuse bandwidth for every model x GPU x prefix length."""
     rows = []
     p = np.atleast_1d(np.asarray(prefix_tokens, dtype=float))
     for mname in models:
         for gname in gpus:
-            bw = np.atleast_1d(reuse_bandwidth_needed(mname, gname, p, n_gpus=n_gpus, dtype=dtype,
-                                                      kv_dtype=kv_dtype, compute_eff=compute_eff))
+            bw = np.atleast_1d(
+                reuse_bandwidth_needed(
+                    mname, gname, p, n_gpus=n_gpus, dtype=dtype, kv_dtype=kv_dtype, compute_eff=compute_eff
+                )
+            )
             for pi, b in zip(p, bw):
-                rows.append({"model": mname, "gpu": gname, "prefix_tokens": int(pi), "bandwidth_needed": float(b)})
+                rows.append(
+                    {"model": mname, "gpu": gname, "prefix_tokens": int(pi), "bandwidth_needed": float(b)}
+                )
     return rows

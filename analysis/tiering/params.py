@@ -21,25 +21,59 @@ def _gpus():
 
 
 PARAMS = {
-    "trace": Param("mooncake_conversation", "str",
-                   "registered trace name (data/registry.yaml) or path of a Mooncake-format JSONL trace"),
+    "trace": Param(
+        "mooncake_conversation",
+        "str",
+        "registered trace name (data/registry.yaml) or path of a Mooncake-format JSONL trace",
+    ),
     "trace_requests": Param(0, "int", "use only the first N requests (0 = all)", min=0),
     "model": Param("Llama-3.1-70B", "str", "model served by the prefill cluster", choices=model_names),
     "gpu": Param("H800-SXM5-80GB", "str", "GPU of the prefill instances", choices=_gpus),
     "tp": Param(8, "int", "GPUs per prefill instance (tensor parallel)", min=1, max=72),
-    "models_grid": Param(["Llama-3.1-8B", "Llama-3.1-70B", "Llama-3.1-405B", "Qwen3-235B-A22B", "DeepSeek-V3",
-                          "Kimi-K2", "Kimi-Linear-48B-A3B", "gpt-oss-120b", "GLM-4.6"], "list[str]",
-                         "models of the load-vs-recompute generalisation", choices=model_names),
-    "gpus_grid": Param(["A800-SXM4-80GB", "H800-SXM5-80GB", "H100-SXM5-80GB", "H200-SXM-141GB", "B200-SXM-180GB",
-                        "B300-SXM-288GB", "GB200-NVL72", "GB300-NVL72"], "list[str]",
-                       "GPUs of the load-vs-recompute generalisation", choices=_gpus),
-    "prefix_tokens": Param(8192, "int", "prefix length of the Eq. 2 comparison and the model x GPU heatmap",
-                           min=16, max=1 << 22),
+    "models_grid": Param(
+        [
+            "Llama-3.1-8B",
+            "Llama-3.1-70B",
+            "Llama-3.1-405B",
+            "Qwen3-235B-A22B",
+            "DeepSeek-V3",
+            "Kimi-K2",
+            "Kimi-Linear-48B-A3B",
+            "gpt-oss-120b",
+            "GLM-4.6",
+        ],
+        "list[str]",
+        "models of the load-vs-recompute generalisation",
+        choices=model_names,
+    ),
+    "gpus_grid": Param(
+        [
+            "A800-SXM4-80GB",
+            "H800-SXM5-80GB",
+            "H100-SXM5-80GB",
+            "H200-SXM-141GB",
+            "B200-SXM-180GB",
+            "B300-SXM-288GB",
+            "GB200-NVL72",
+            "GB300-NVL72",
+        ],
+        "list[str]",
+        "GPUs of the load-vs-recompute generalisation",
+        choices=_gpus,
+    ),
+    "prefix_tokens": Param(
+        8192, "int", "prefix length of the Eq. 2 comparison and the model x GPU heatmap", min=16, max=1 << 22
+    ),
     "kv_dtype": Param("bf16", "str", "KV-cache element type in HBM/DRAM/NVMe", choices=KV_DTYPES),
-    "compute_eff": Param(0.5, "float", "achieved fraction of peak FLOP/s in prefill (replay)", min=0.01, max=1.0),
-    "bw_eff": Param(0.8, "float", "achieved fraction of peak bandwidth of links and devices", min=0.01, max=1.0),
-    "hbm_cache_fraction": Param(0.5, "float", "share of the HBM left after weights that holds prefix KV",
-                                min=0.0, max=1.0),
+    "compute_eff": Param(
+        0.5, "float", "achieved fraction of peak FLOP/s in prefill (replay)", min=0.01, max=1.0
+    ),
+    "bw_eff": Param(
+        0.8, "float", "achieved fraction of peak bandwidth of links and devices", min=0.01, max=1.0
+    ),
+    "hbm_cache_fraction": Param(
+        0.5, "float", "share of the HBM left after weights that holds prefix KV", min=0.0, max=1.0
+    ),
     "local_dram_gb": Param(1000.0, "float", "host DRAM per instance given to the KV cache (GB)", min=0.0),
     "cxl_devices": Param(4, "int", "CXL memory expanders per instance", min=0, max=64),
     "pool_nodes": Param(16, "int", "hosts whose DRAM forms the pooled store", min=1, max=4096),
@@ -48,91 +82,216 @@ PARAMS = {
     "nvme_drives": Param(2, "int", "NVMe Gen5 TLC drives per instance", min=0, max=64),
     "qlc_drives": Param(1, "int", "high-capacity QLC drives per instance", min=0, max=64),
     "ai_ssd_drives": Param(1, "int", "AI SSDs per instance", min=0, max=64),
-    "ai_ssd_bits": Param(4, "int", "bits per KV element after the AI SSD's in-drive quantization",
-                         choices=[2, 3, 4, 5, 6, 8, 16]),
+    "ai_ssd_bits": Param(
+        4,
+        "int",
+        "bits per KV element after the AI SSD's in-drive quantization",
+        choices=[2, 3, 4, 5, 6, 8, 16],
+    ),
     "data_path": Param("gpu_direct", "str", "storage/remote data path", choices=list(DATA_PATHS)),
     "cpu_copy_cores": Param(8, "int", "CPU cores copying bounce buffers (cpu_bounce path)", min=1, max=512),
     "cpu_copy_gb_s_per_core": Param(8.0, "float", "memcpy bandwidth of one core (GB/s, estimate)", min=0.1),
     "price_date": Param("2026-11-01", "str", "date the prices below refer to (display only)"),
-    "gpu_rent_usd_per_hour": Param(0.0, "float", "GPU rental price; 0 = the GPU's estimate in data/hardware.csv",
-                                   min=0.0),
-    "gpu_cost_basis": Param("rent", "str", "GPU cost: rental rate, or purchase price amortised + energy",
-                            choices=["rent", "own"]),
-    "dram_usd_per_gb": Param(_price("DDR5-6400-RDIMM-64GB", "dram", "price_per_capacity", 1e9), "float",
-                             "DDR5 RDIMM price (USD/GB)", min=0.0),
-    "cxl_usd_per_gb": Param(_price("Micron-CZ120-256GB", "cxl", "price_per_capacity", 1e9), "float",
-                            "CXL expander price (USD/GB)", min=0.0),
-    "nvme_usd_per_tb": Param(_price("Micron-9550-MAX-25.6TB", "ssd", "price_per_capacity", 1e12), "float",
-                             "NVMe Gen5 TLC price (USD/TB)", min=0.0),
-    "qlc_usd_per_tb": Param(_price("Solidigm-D5-P5336-122.88TB", "ssd", "price_per_capacity", 1e12), "float",
-                            "QLC price (USD/TB)", min=0.0),
-    "ai_ssd_usd_per_tb": Param(_price("AI-SSD-STAR-seed", "ssd", "price_per_capacity", 1e12), "float",
-                               "AI SSD price (USD/TB; no public price: an assumption)", min=0.0),
-    "electricity_usd_per_kwh": Param(_price("Datacenter", "facility", "electricity_price", 3.6e6), "float",
-                                     "electricity price (USD/kWh)", min=0.0),
-    "pue": Param(float(hardware("Datacenter", "facility")["pue"]), "float", "power usage effectiveness",
-                 min=1.0, max=3.0),
-    "storage_lifetime_years": Param(5.0, "float", "amortisation period of DRAM, CXL and SSDs", min=0.25, max=15),
+    "gpu_rent_usd_per_hour": Param(
+        0.0, "float", "GPU rental price; 0 = the GPU's estimate in data/hardware.csv", min=0.0
+    ),
+    "gpu_cost_basis": Param(
+        "rent", "str", "GPU cost: rental rate, or purchase price amortised + energy", choices=["rent", "own"]
+    ),
+    "dram_usd_per_gb": Param(
+        _price("DDR5-6400-RDIMM-64GB", "dram", "price_per_capacity", 1e9),
+        "float",
+        "DDR5 RDIMM price (USD/GB)",
+        min=0.0,
+    ),
+    "cxl_usd_per_gb": Param(
+        _price("Micron-CZ120-256GB", "cxl", "price_per_capacity", 1e9),
+        "float",
+        "CXL expander price (USD/GB)",
+        min=0.0,
+    ),
+    "nvme_usd_per_tb": Param(
+        _price("Micron-9550-MAX-25.6TB", "ssd", "price_per_capacity", 1e12),
+        "float",
+        "NVMe Gen5 TLC price (USD/TB)",
+        min=0.0,
+    ),
+    "qlc_usd_per_tb": Param(
+        _price("Solidigm-D5-P5336-122.88TB", "ssd", "price_per_capacity", 1e12),
+        "float",
+        "QLC price (USD/TB)",
+        min=0.0,
+    ),
+    "ai_ssd_usd_per_tb": Param(
+        _price("AI-SSD-STAR-seed", "ssd", "price_per_capacity", 1e12),
+        "float",
+        "AI SSD price (USD/TB; no public price: an assumption)",
+        min=0.0,
+    ),
+    "electricity_usd_per_kwh": Param(
+        _price("Datacenter", "facility", "electricity_price", 3.6e6),
+        "float",
+        "electricity price (USD/kWh)",
+        min=0.0,
+    ),
+    "pue": Param(
+        float(hardware("Datacenter", "facility")["pue"]),
+        "float",
+        "power usage effectiveness",
+        min=1.0,
+        max=3.0,
+    ),
+    "storage_lifetime_years": Param(
+        5.0, "float", "amortisation period of DRAM, CXL and SSDs", min=0.25, max=15
+    ),
     "slo_ttft_s": Param(5.0, "float", "TTFT service-level objective (s)", min=0.01),
-    "attainment_target": Param(0.9, "float", "fraction of requests that must meet the TTFT SLO",
-                               min=0.01, max=1.0),
-    "load_scale": Param(1.0, "float", "arrival-rate multiplier applied to the trace's timestamps", min=0.01,
-                        max=1000.0),
-    "chunk_tokens": Param(8192, "int", "continuous batching with chunked prefill: tokens per step "
-                          "(0: one request at a time per instance)", min=0, max=1 << 20),
-    "max_instances": Param(64, "int", "largest prefill cluster tried when sizing for the SLO", min=1, max=4096),
+    "attainment_target": Param(
+        0.9, "float", "fraction of requests that must meet the TTFT SLO", min=0.01, max=1.0
+    ),
+    "load_scale": Param(
+        1.0, "float", "arrival-rate multiplier applied to the trace's timestamps", min=0.01, max=1000.0
+    ),
+    "chunk_tokens": Param(
+        8192,
+        "int",
+        "continuous batching with chunked prefill: tokens per step (0: one request at a time per instance)",
+        min=0,
+        max=1 << 20,
+    ),
+    "max_instances": Param(
+        64, "int", "largest prefill cluster tried when sizing for the SLO", min=1, max=4096
+    ),
     "configs": Param(list(CONFIGS), "list[str]", "tier configurations compared", choices=list(CONFIGS)),
-    "policies": Param(["lfu", "belady"], "list[str]", "other eviction policies at sampled capacities",
-                      choices=[p for p in POLICIES if p != "lru"]),
-    "policy_capacities_mtok": Param([0.5, 1.0, 3.0, 10.0, 30.0, 50.0], "list[float]",
-                                    "capacities (million tokens) where the other policies are simulated",
-                                    min=0.0005, max=1e4),
-    "breakeven_prices_usd_per_tb": Param([25.0, 50.0, 100.0, 150.0, 200.0, 300.0, 450.0, 600.0, 800.0, 1000.0],
-                                         "list[float]", "SSD prices of the break-even heatmap (USD/TB)",
-                                         min=0.0),
-    "breakeven_bw_gb_s": Param([0.5, 1.0, 2.0, 3.5, 5.0, 7.0, 10.0, 14.0, 20.0, 28.0], "list[float]",
-                               "per-drive read bandwidths of the break-even heatmap (GB/s)", min=0.01),
-    "tornado_config": Param("nvme", "str", "configuration whose cost the tornado chart perturbs",
-                            choices=list(CONFIGS)),
+    "policies": Param(
+        ["lfu", "belady"],
+        "list[str]",
+        "other eviction policies at sampled capacities",
+        choices=[p for p in POLICIES if p != "lru"],
+    ),
+    "policy_capacities_mtok": Param(
+        [0.5, 1.0, 3.0, 10.0, 30.0, 50.0],
+        "list[float]",
+        "capacities (million tokens) where the other policies are simulated",
+        min=0.0005,
+        max=1e4,
+    ),
+    "breakeven_prices_usd_per_tb": Param(
+        [25.0, 50.0, 100.0, 150.0, 200.0, 300.0, 450.0, 600.0, 800.0, 1000.0],
+        "list[float]",
+        "SSD prices of the break-even heatmap (USD/TB)",
+        min=0.0,
+    ),
+    "breakeven_bw_gb_s": Param(
+        [0.5, 1.0, 2.0, 3.5, 5.0, 7.0, 10.0, 14.0, 20.0, 28.0],
+        "list[float]",
+        "per-drive read bandwidths of the break-even heatmap (GB/s)",
+        min=0.01,
+    ),
+    "tornado_config": Param(
+        "nvme", "str", "configuration whose cost the tornado chart perturbs", choices=list(CONFIGS)
+    ),
     # the write path and drive endurance
-    "write_amplification": Param(1.0, "float", "NAND bytes written per host byte, relative to the drives' "
-                                 "DWPD rating workload", min=0.1, max=10.0),
-    "nvme_dwpd": Param(float(hardware("Micron-9550-MAX-25.6TB", "ssd")["dwpd"]), "float",
-                       "NVMe drive endurance (drive writes per day over the warranty; datasheet default)",
-                       min=0.0),
-    "qlc_dwpd": Param(float(hardware("Solidigm-D5-P5336-122.88TB", "ssd")["dwpd"]), "float",
-                      "QLC drive endurance (drive writes per day; datasheet default)", min=0.0),
-    "nvme_write_gb_s": Param(round(hardware("Micron-9550-MAX-25.6TB", "ssd")["seq_write"] / 1e9, 3), "float",
-                             "NVMe drive sequential write bandwidth (GB/s; datasheet default)", min=0.0),
-    "mixed_interference": Param(0.0, "float", "read slowdown per written byte (k of r/R + k w/W <= 1); "
-                                "0 = derived from each drive's 70/30 random IOPS", min=0.0, max=20.0),
-    "endurance_dwpd_grid": Param([0.1, 0.3, 0.58, 1.0, 3.0, 10.0], "list[float]",
-                                 "NVMe endurances (DWPD) of the endurance x price map", min=0.001),
+    "write_amplification": Param(
+        1.0,
+        "float",
+        "NAND bytes written per host byte, relative to the drives' DWPD rating workload",
+        min=0.1,
+        max=10.0,
+    ),
+    "nvme_dwpd": Param(
+        float(hardware("Micron-9550-MAX-25.6TB", "ssd")["dwpd"]),
+        "float",
+        "NVMe drive endurance (drive writes per day over the warranty; datasheet default)",
+        min=0.0,
+    ),
+    "qlc_dwpd": Param(
+        float(hardware("Solidigm-D5-P5336-122.88TB", "ssd")["dwpd"]),
+        "float",
+        "QLC drive endurance (drive writes per day; datasheet default)",
+        min=0.0,
+    ),
+    "nvme_write_gb_s": Param(
+        round(hardware("Micron-9550-MAX-25.6TB", "ssd")["seq_write"] / 1e9, 3),
+        "float",
+        "NVMe drive sequential write bandwidth (GB/s; datasheet default)",
+        min=0.0,
+    ),
+    "mixed_interference": Param(
+        0.0,
+        "float",
+        "read slowdown per written byte (k of r/R + k w/W <= 1); "
+        "0 = derived from each drive's 70/30 random IOPS",
+        min=0.0,
+        max=20.0,
+    ),
+    "endurance_dwpd_grid": Param(
+        [0.1, 0.3, 0.58, 1.0, 3.0, 10.0],
+        "list[float]",
+        "NVMe endurances (DWPD) of the endurance x price map",
+        min=0.001,
+    ),
     # admission and eviction (libCacheSim)
-    "admission_runs": Param(["lru+all", "s3fifo+all", "sieve+all", "arc+all", "wtinylfu+all", "belady+all",
-                             "lru+second_use", "lru+oracle_reuse"], "list[str]",
-                            "eviction+admission pairs simulated with libCacheSim", choices=ADMISSION_RUNS),
-    "admission_capacities_mtok": Param([1.0, 3.0, 10.0], "list[float]",
-                                       "store capacities (million tokens) of the admission curves",
-                                       min=0.0005, max=1e4),
-    "admission_tier": Param("nvme", "str", "drives that hold the store (price, wear, bandwidth)",
-                            choices=["nvme", "qlc", "ai_ssd"]),
+    "admission_runs": Param(
+        [
+            "lru+all",
+            "s3fifo+all",
+            "sieve+all",
+            "arc+all",
+            "wtinylfu+all",
+            "belady+all",
+            "lru+second_use",
+            "lru+oracle_reuse",
+        ],
+        "list[str]",
+        "eviction+admission pairs simulated with libCacheSim",
+        choices=ADMISSION_RUNS,
+    ),
+    "admission_capacities_mtok": Param(
+        [1.0, 3.0, 10.0],
+        "list[float]",
+        "store capacities (million tokens) of the admission curves",
+        min=0.0005,
+        max=1e4,
+    ),
+    "admission_tier": Param(
+        "nvme",
+        "str",
+        "drives that hold the store (price, wear, bandwidth)",
+        choices=["nvme", "qlc", "ai_ssd"],
+    ),
     # a cluster of instances with routing
-    "routing_policies": Param(list(ROUTING), "list[str]", "routing policies of the cluster",
-                              choices=list(ROUTING)),
-    "routing_instances": Param([1, 2, 4, 8, 16], "list[int]", "cluster sizes of the routing curves", min=1,
-                               max=4096),
-    "routing_load_scales": Param([1.0, 4.0], "list[float]", "arrival-rate multipliers of the routing curves",
-                                 min=0.01, max=1000.0),
-    "routing_config": Param("dram", "str", "local tiers of each instance in the routing study",
-                            choices=[c for c in CONFIGS if c != "pool"]),
-    "routing_load_slack_s": Param(1.0, "float", "KV-aware routing: queued seconds above the least-loaded "
-                                  "instance beyond which an instance is not eligible", min=0.0),
-    "gpus_per_pcie_switch": Param(int(hardware("HGX-8GPU-host", "topology")["gpus_per_pcie_switch"]), "int",
-                                  "GPUs sharing one PCIe switch uplink to the host (1: DGX H100; 2: DGX A100, "
-                                  "some B200 hosts)", min=1, max=8),
-    "affinity_blocks": Param(2, "int", "prefix-affinity routing hashes this many leading blocks",
-                             min=1, max=64),
+    "routing_policies": Param(
+        list(ROUTING), "list[str]", "routing policies of the cluster", choices=list(ROUTING)
+    ),
+    "routing_instances": Param(
+        [1, 2, 4, 8, 16], "list[int]", "cluster sizes of the routing curves", min=1, max=4096
+    ),
+    "routing_load_scales": Param(
+        [1.0, 4.0], "list[float]", "arrival-rate multipliers of the routing curves", min=0.01, max=1000.0
+    ),
+    "routing_config": Param(
+        "dram",
+        "str",
+        "local tiers of each instance in the routing study",
+        choices=[c for c in CONFIGS if c != "pool"],
+    ),
+    "routing_load_slack_s": Param(
+        1.0,
+        "float",
+        "KV-aware routing: queued seconds above the least-loaded "
+        "instance beyond which an instance is not eligible",
+        min=0.0,
+    ),
+    "gpus_per_pcie_switch": Param(
+        int(hardware("HGX-8GPU-host", "topology")["gpus_per_pcie_switch"]),
+        "int",
+        "GPUs sharing one PCIe switch uplink to the host (1: DGX H100; 2: DGX A100, some B200 hosts)",
+        min=1,
+        max=8,
+    ),
+    "affinity_blocks": Param(
+        2, "int", "prefix-affinity routing hashes this many leading blocks", min=1, max=64
+    ),
 }
 
 
@@ -141,21 +300,38 @@ def deployment(p: dict):
     from .tiers import YEAR_S, Deployment
 
     return Deployment(
-        model=p["model"], gpu=p["gpu"], tp=p["tp"], kv_dtype=p["kv_dtype"], compute_eff=p["compute_eff"],
-        bw_eff=p["bw_eff"], hbm_cache_fraction=p["hbm_cache_fraction"], local_dram_bytes=p["local_dram_gb"] * 1e9,
-        dram_usd_per_byte=p["dram_usd_per_gb"] * 1e-9, cxl_devices=p["cxl_devices"],
-        cxl_usd_per_byte=p["cxl_usd_per_gb"] * 1e-9, pool_nodes=p["pool_nodes"],
-        pool_bytes_per_node=p["pool_gb_per_node"] * 1e9, nics_per_instance=p["nics_per_instance"],
-        nvme_drives=p["nvme_drives"], nvme_usd_per_byte=p["nvme_usd_per_tb"] * 1e-12, qlc_drives=p["qlc_drives"],
-        qlc_usd_per_byte=p["qlc_usd_per_tb"] * 1e-12, ai_ssd_drives=p["ai_ssd_drives"],
-        ai_ssd_usd_per_byte=p["ai_ssd_usd_per_tb"] * 1e-12, ai_ssd_bits=p["ai_ssd_bits"], data_path=p["data_path"],
-        cpu_copy_cores=p["cpu_copy_cores"], cpu_copy_bw_per_core=p["cpu_copy_gb_s_per_core"] * 1e9,
+        model=p["model"],
+        gpu=p["gpu"],
+        tp=p["tp"],
+        kv_dtype=p["kv_dtype"],
+        compute_eff=p["compute_eff"],
+        bw_eff=p["bw_eff"],
+        hbm_cache_fraction=p["hbm_cache_fraction"],
+        local_dram_bytes=p["local_dram_gb"] * 1e9,
+        dram_usd_per_byte=p["dram_usd_per_gb"] * 1e-9,
+        cxl_devices=p["cxl_devices"],
+        cxl_usd_per_byte=p["cxl_usd_per_gb"] * 1e-9,
+        pool_nodes=p["pool_nodes"],
+        pool_bytes_per_node=p["pool_gb_per_node"] * 1e9,
+        nics_per_instance=p["nics_per_instance"],
+        nvme_drives=p["nvme_drives"],
+        nvme_usd_per_byte=p["nvme_usd_per_tb"] * 1e-12,
+        qlc_drives=p["qlc_drives"],
+        qlc_usd_per_byte=p["qlc_usd_per_tb"] * 1e-12,
+        ai_ssd_drives=p["ai_ssd_drives"],
+        ai_ssd_usd_per_byte=p["ai_ssd_usd_per_tb"] * 1e-12,
+        ai_ssd_bits=p["ai_ssd_bits"],
+        data_path=p["data_path"],
+        cpu_copy_cores=p["cpu_copy_cores"],
+        cpu_copy_bw_per_core=p["cpu_copy_gb_s_per_core"] * 1e9,
         storage_lifetime_s=p["storage_lifetime_years"] * YEAR_S,
-        electricity_usd_per_j=p["electricity_usd_per_kwh"] / 3.6e6, pue=p["pue"],
+        electricity_usd_per_j=p["electricity_usd_per_kwh"] / 3.6e6,
+        pue=p["pue"],
         gpus_per_pcie_switch=p.get("gpus_per_pcie_switch", 1),
         write_amplification=p.get("write_amplification", 1.0),
         mixed_interference=p.get("mixed_interference", 0.0),
-        nvme_dwpd=p.get("nvme_dwpd"), qlc_dwpd=p.get("qlc_dwpd"),
+        nvme_dwpd=p.get("nvme_dwpd"),
+        qlc_dwpd=p.get("qlc_dwpd"),
         nvme_write_bw=p["nvme_write_gb_s"] * 1e9 if "nvme_write_gb_s" in p else None,
     ).validate()
 
@@ -166,8 +342,9 @@ def economics(p: dict, d):
     from .tiers import gpu_usd_per_s
 
     gpu_s = gpu_usd_per_s(d, p["gpu_cost_basis"], p["gpu_rent_usd_per_hour"] / 3600.0)
-    return Economics(gpu_s, p["slo_ttft_s"], p["attainment_target"], p["load_scale"],
-                     p.get("chunk_tokens", 0))
+    return Economics(
+        gpu_s, p["slo_ttft_s"], p["attainment_target"], p["load_scale"], p.get("chunk_tokens", 0)
+    )
 
 
 def check_against_trace(p: dict, trace) -> None:
@@ -177,8 +354,10 @@ def check_against_trace(p: dict, trace) -> None:
 
     too_big = [n for n in p.get("routing_instances", []) if n > trace.n_requests]
     if too_big:
-        raise ValueError(f"routing_instances {too_big} exceed the trace's {trace.n_requests} requests "
-                         f"(trace_requests = {p.get('trace_requests')}): use at most {trace.n_requests} "
-                         f"instances")
+        raise ValueError(
+            f"routing_instances {too_big} exceed the trace's {trace.n_requests} requests "
+            f"(trace_requests = {p.get('trace_requests')}): use at most {trace.n_requests} "
+            f"instances"
+        )
     for pol in p.get("routing_policies", []):
         check(trace, 1, pol, 0)

@@ -22,8 +22,8 @@ from collections import OrderedDict
 import numpy as np
 
 from .. import cache as _cache
-from .hitcurve import previous_use
 from ..traces import Trace
+from .hitcurve import previous_use
 
 POLICIES = ("lru", "lfu", "belady")
 

@@ -35,9 +35,9 @@ import numpy as np
 
 from .. import kv
 from ..specs import model as _model
-from .hitcurve import HitCurve
 from . import prefill as _prefill
 from .endurance import read_factor, written_tokens
+from .hitcurve import HitCurve
 from .tiers import CONFIGS, Deployment, Tier, build_tiers
 
 
@@ -216,7 +216,9 @@ def wear(svc: Service, instance_s: float) -> list[dict]:
     return out
 
 
-def busy_cost_per_mtok(svc: Service, d: Deployment, econ: Economics, duration_s: float, tokens: float) -> float:
+def busy_cost_per_mtok(
+    svc: Service, d: Deployment, econ: Economics, duration_s: float, tokens: float
+) -> float:
     """USD per million input tokens for the GPU time used plus the tiers (see module docstring);
     a drive costs the larger of its amortisation and its wear (:mod:`analysis.tiering.endurance`)."""
     local, pooled = _tier_costs(svc.tiers)
@@ -226,8 +228,9 @@ def busy_cost_per_mtok(svc: Service, d: Deployment, econ: Economics, duration_s:
     return usd / tokens * 1e6
 
 
-def batched_ttft(trace, svc: Service, d: Deployment, arrival_s: np.ndarray, n_instances: int,
-                 chunk_tokens: int) -> np.ndarray:
+def batched_ttft(
+    trace, svc: Service, d: Deployment, arrival_s: np.ndarray, n_instances: int, chunk_tokens: int
+) -> np.ndarray:
     """TTFT under continuous batching with chunked prefill on ``n_instances`` instances.
 
     Each request's new tokens are cut into chunks of ``chunk_tokens`` (after its cached prefix). An
@@ -271,7 +274,7 @@ def batched_ttft(trace, svc: Service, d: Deployment, arrival_s: np.ndarray, n_in
         cost = F
         loadmax = 0.0
         finished = []
-        for a in act:                               # continue started requests
+        for a in act:  # continue started requests
             if budget <= 0 and cost > F:
                 break
             r, j = a
@@ -297,7 +300,7 @@ def batched_ttft(trace, svc: Service, d: Deployment, arrival_s: np.ndarray, n_in
             act.append(a)
             if nch_l[r] == 1:
                 finished.append(a)
-        if cost == F and not act:                   # nothing to do: every request has been taken
+        if cost == F and not act:  # nothing to do: every request has been taken
             heapq.heappush(heap, (math.inf, i))
             continue
         end = t + max(cost, loadmax)
@@ -323,15 +326,25 @@ def outcome(trace, svc: Service, d: Deployment, econ: Economics, n_instances: in
     cluster = ((n_instances * (d.tp * econ.gpu_usd_per_s + local) + pooled) * duration + worn) / tokens * 1e6
     per_tier = {t.name: float(svc.hit_tokens[:, j].sum() / tokens) for j, t in enumerate(svc.tiers)}
     return Outcome(
-        svc.config, CONFIGS.get(svc.config, (svc.config,))[0], int(n_instances), ttft,
-        float(np.mean(ttft <= econ.slo_s)), *(float(np.percentile(ttft, q)) for q in (50, 90, 99)),
-        float(svc.hit_tokens.sum() / tokens), per_tier,
-        float(svc.service_s.sum() * d.tp), float((svc.nocache_s.sum() - svc.service_s.sum()) * d.tp),
-        busy_cost_per_mtok(svc, d, econ, duration, tokens), cluster, local + pooled,
+        svc.config,
+        CONFIGS.get(svc.config, (svc.config,))[0],
+        int(n_instances),
+        ttft,
+        float(np.mean(ttft <= econ.slo_s)),
+        *(float(np.percentile(ttft, q)) for q in (50, 90, 99)),
+        float(svc.hit_tokens.sum() / tokens),
+        per_tier,
+        float(svc.service_s.sum() * d.tp),
+        float((svc.nocache_s.sum() - svc.service_s.sum()) * d.tp),
+        busy_cost_per_mtok(svc, d, econ, duration, tokens),
+        cluster,
+        local + pooled,
     )
 
 
-def size_for_slo(trace, svc: Service, d: Deployment, econ: Economics, max_instances: int = 64) -> Outcome | None:
+def size_for_slo(
+    trace, svc: Service, d: Deployment, econ: Economics, max_instances: int = 64
+) -> Outcome | None:
     """The smallest cluster meeting the attainment target (None if even ``max_instances`` fail)."""
     duration = max(float(trace.arrival_s[-1] / econ.load_scale), 1.0)
     lo = max(1, math.ceil(svc.service_s.sum() / duration))  # fewer would never catch up
@@ -361,27 +374,32 @@ def size_for_slo(trace, svc: Service, d: Deployment, econ: Economics, max_instan
 def compare(trace, hc: HitCurve, d: Deployment, econ: Economics, configs=None, max_instances: int = 64):
     """One row per configuration: SLO-sized cluster, TTFT, hit rates, GPU-seconds saved, costs."""
     rows, outcomes = [], {}
-    for c in (configs or list(CONFIGS)):
+    for c in configs or list(CONFIGS):
         svc = service_times(trace, hc, build_tiers(c, d), d, config=c)
         o = size_for_slo(trace, svc, d, econ, max_instances)
         duration = max(float(trace.arrival_s[-1] / econ.load_scale), 1.0)
         busy = busy_cost_per_mtok(svc, d, econ, duration, float(trace.input_tokens.sum()))
         outcomes[c] = (svc, o)
-        rows.append({
-            "config": c, "label": CONFIGS[c][0],
-            "hit_rate": float(svc.hit_tokens.sum() / trace.input_tokens.sum()),
-            "instances": o.n_instances if o else np.nan,
-            "gpus": o.n_instances * d.tp if o else np.nan,
-            "attainment": o.attainment if o else np.nan,
-            "ttft_p50_s": o.p50_s if o else np.nan, "ttft_p90_s": o.p90_s if o else np.nan,
-            "ttft_p99_s": o.p99_s if o else np.nan,
-            "gpu_seconds": float(svc.service_s.sum() * d.tp),
-            "gpu_seconds_saved": float((svc.nocache_s.sum() - svc.service_s.sum()) * d.tp),
-            "busy_usd_per_mtok": busy,
-            "cluster_usd_per_mtok": o.cluster_usd_per_mtok if o else np.nan,
-            "tier_usd_per_h": sum(t.usd_per_s for t in svc.tiers) * 3600.0,
-            "mean_load_s": float(svc.load_s.mean()), "mean_compute_s": float(svc.compute_s.mean()),
-        })
+        rows.append(
+            {
+                "config": c,
+                "label": CONFIGS[c][0],
+                "hit_rate": float(svc.hit_tokens.sum() / trace.input_tokens.sum()),
+                "instances": o.n_instances if o else np.nan,
+                "gpus": o.n_instances * d.tp if o else np.nan,
+                "attainment": o.attainment if o else np.nan,
+                "ttft_p50_s": o.p50_s if o else np.nan,
+                "ttft_p90_s": o.p90_s if o else np.nan,
+                "ttft_p99_s": o.p99_s if o else np.nan,
+                "gpu_seconds": float(svc.service_s.sum() * d.tp),
+                "gpu_seconds_saved": float((svc.nocache_s.sum() - svc.service_s.sum()) * d.tp),
+                "busy_usd_per_mtok": busy,
+                "cluster_usd_per_mtok": o.cluster_usd_per_mtok if o else np.nan,
+                "tier_usd_per_h": sum(t.usd_per_s for t in svc.tiers) * 3600.0,
+                "mean_load_s": float(svc.load_s.mean()),
+                "mean_compute_s": float(svc.compute_s.mean()),
+            }
+        )
     return rows, outcomes
 
 
@@ -397,18 +415,22 @@ def write_rows(trace, outcomes: dict, econ: Economics) -> list[dict]:
         for j, (t, w) in enumerate(zip(svc.tiers, wear(svc, busy_s))):
             if w["written_bytes"] <= 0:
                 continue
-            rows.append({
-                "config": c, "label": CONFIGS[c][0], "tier": t.name,
-                "tb_written_per_h": w["written_bytes"] / 1e12 / hours,
-                "dwpd_rated": t.dwpd if t.dwpd else np.nan,
-                "dwpd_used_busy": w["dwpd_used"] if np.isfinite(t.tbw_bytes) else np.nan,
-                "read_factor": float(svc.read_factor[j]) if svc.read_factor.size else 1.0,
-                "wear_usd_per_h": w["wear_usd"] / hours,
-                "amortised_usd_per_h_busy": w["amortised_usd"] / hours,
-                "endurance_decides_busy": w["endurance_decides"],
-                "instances": o.n_instances if o else np.nan,
-                "endurance_decides_cluster": cl[t.key]["endurance_decides"] if o else None,
-            })
+            rows.append(
+                {
+                    "config": c,
+                    "label": CONFIGS[c][0],
+                    "tier": t.name,
+                    "tb_written_per_h": w["written_bytes"] / 1e12 / hours,
+                    "dwpd_rated": t.dwpd if t.dwpd else np.nan,
+                    "dwpd_used_busy": w["dwpd_used"] if np.isfinite(t.tbw_bytes) else np.nan,
+                    "read_factor": float(svc.read_factor[j]) if svc.read_factor.size else 1.0,
+                    "wear_usd_per_h": w["wear_usd"] / hours,
+                    "amortised_usd_per_h_busy": w["amortised_usd"] / hours,
+                    "endurance_decides_busy": w["endurance_decides"],
+                    "instances": o.n_instances if o else np.nan,
+                    "endurance_decides_cluster": cl[t.key]["endurance_decides"] if o else None,
+                }
+            )
     return rows
 
 
@@ -435,18 +457,37 @@ def pareto_points(trace, outcomes: dict, d: Deployment, econ: Economics, extra_i
         top = (o.n_instances if o else floor) + extra_instances
         for n in range(floor, top + 1):
             oc = outcome(trace, svc, d, econ, n)
-            rows.append({"config": c, "label": CONFIGS[c][0], "instances": n, "cluster_usd_per_mtok":
-                         oc.cluster_usd_per_mtok, "ttft_p90_s": oc.p90_s, "attainment": oc.attainment})
+            rows.append(
+                {
+                    "config": c,
+                    "label": CONFIGS[c][0],
+                    "instances": n,
+                    "cluster_usd_per_mtok": oc.cluster_usd_per_mtok,
+                    "ttft_p90_s": oc.p90_s,
+                    "attainment": oc.attainment,
+                }
+            )
     return rows
 
 
-def breakeven_grid(trace, hc: HitCurve, d: Deployment, econ: Economics, prices_usd_per_tb, bws_gb_s,
-                   *, config: str = "nvme", baseline: str = "dram"):
+def breakeven_grid(
+    trace,
+    hc: HitCurve,
+    d: Deployment,
+    econ: Economics,
+    prices_usd_per_tb,
+    bws_gb_s,
+    *,
+    config: str = "nvme",
+    baseline: str = "dram",
+):
     """Busy cost per M tokens of ``config`` minus that of ``baseline`` over SSD price x per-drive
     bandwidth (negative = the SSD tier pays). Returns (delta array [bw, price], baseline cost)."""
     duration = max(float(trace.arrival_s[-1] / econ.load_scale), 1.0)
     tokens = float(trace.input_tokens.sum())
-    base = busy_cost_per_mtok(service_times(trace, hc, build_tiers(baseline, d), d), d, econ, duration, tokens)
+    base = busy_cost_per_mtok(
+        service_times(trace, hc, build_tiers(baseline, d), d), d, econ, duration, tokens
+    )
     out = np.empty((len(bws_gb_s), len(prices_usd_per_tb)))
     for i, bw in enumerate(bws_gb_s):
         dd = d.replace(nvme_bw_override=float(bw) * 1e9)
@@ -459,8 +500,16 @@ def breakeven_grid(trace, hc: HitCurve, d: Deployment, econ: Economics, prices_u
     return out, base
 
 
-def breakeven_price(trace, hc: HitCurve, d: Deployment, econ: Economics, bw_gb_s: float, *,
-                    config: str = "nvme", baseline: str = "dram") -> float:
+def breakeven_price(
+    trace,
+    hc: HitCurve,
+    d: Deployment,
+    econ: Economics,
+    bw_gb_s: float,
+    *,
+    config: str = "nvme",
+    baseline: str = "dram",
+) -> float:
     """SSD price (USD/TB) at which ``config`` costs as much per token as ``baseline`` (busy view) for
     drives of ``bw_gb_s`` read bandwidth each. The cost is linear in the price (service times do
     not depend on it; amortisation and wear both scale with it), so two prices give the zero
@@ -473,8 +522,17 @@ def breakeven_price(trace, hc: HitCurve, d: Deployment, econ: Economics, bw_gb_s
     return float("inf") if slope <= 0 else float(-d0 / slope)
 
 
-def endurance_grid(trace, hc: HitCurve, d: Deployment, econ: Economics, dwpds, prices_usd_per_tb, *,
-                   config: str = "nvme", baseline: str = "dram"):
+def endurance_grid(
+    trace,
+    hc: HitCurve,
+    d: Deployment,
+    econ: Economics,
+    dwpds,
+    prices_usd_per_tb,
+    *,
+    config: str = "nvme",
+    baseline: str = "dram",
+):
     """Busy cost per M tokens of ``config`` minus ``baseline`` over the NVMe drives' endurance
     (DWPD) x price: where the SSD tier pays once wear is charged. Returns (delta [dwpd, price],
     baseline cost)."""
@@ -487,8 +545,12 @@ def endurance_grid(trace, hc: HitCurve, d: Deployment, econ: Economics, dwpds, p
     for i, w in enumerate(dwpds):
         for j, pr in enumerate(prices_usd_per_tb):
             dp = d.replace(nvme_dwpd=float(w), nvme_usd_per_byte=float(pr) * 1e-12)
-            out[i, j] = busy_cost_per_mtok(dataclasses.replace(svc, tiers=build_tiers(config, dp)), dp, econ,
-                                           duration, tokens) - base
+            out[i, j] = (
+                busy_cost_per_mtok(
+                    dataclasses.replace(svc, tiers=build_tiers(config, dp)), dp, econ, duration, tokens
+                )
+                - base
+            )
     return out, base
 
 
@@ -511,9 +573,11 @@ def tornado(trace, hc: HitCurve, d: Deployment, econ: Economics, config: str, fa
         svc = service_times(trace, hc, tiers, dd)
         if routing != "ideal":
             from .cluster import routed_service
+
             n = min(busy_instances(svc, duration), trace.n_requests)
-            svc, _ = routed_service(trace, tiers, dd, n, routing, full_s=svc.nocache_s,
-                                    load_scale=ee.load_scale)
+            svc, _ = routed_service(
+                trace, tiers, dd, n, routing, full_s=svc.nocache_s, load_scale=ee.load_scale
+            )
         return busy_cost_per_mtok(svc, dd, ee, duration, tokens)
 
     base = cost(d, econ)
@@ -527,8 +591,17 @@ def tornado(trace, hc: HitCurve, d: Deployment, econ: Economics, config: str, fa
                 vals.append(cost(d, econ, v))
             else:
                 vals.append(cost(d.replace(**{fld: v}), econ))
-        rows.append({"input": name, "field": fld, "low_value": lo, "high_value": hi,
-                     "cost_low": vals[0], "cost_high": vals[1], "swing": abs(vals[1] - vals[0])})
+        rows.append(
+            {
+                "input": name,
+                "field": fld,
+                "low_value": lo,
+                "high_value": hi,
+                "cost_low": vals[0],
+                "cost_high": vals[1],
+                "swing": abs(vals[1] - vals[0]),
+            }
+        )
     rows.sort(key=lambda r: r["swing"], reverse=True)
     return rows, base
 
@@ -544,6 +617,9 @@ def endurance_summary(wrows: list[dict]) -> dict:
     ssd = [r for r in wrows if r["dwpd_rated"] == r["dwpd_rated"]]
     decides = [r["label"] for r in ssd if r["endurance_decides_busy"]]
     worst = max(ssd, key=lambda r: r["dwpd_used_busy"] / r["dwpd_rated"]) if ssd else None
-    return {"endurance_decides": decides, "n_ssd_configs": len(ssd),
-            "worst_label": worst["label"] if worst else "none",
-            "worst_ratio": worst["dwpd_used_busy"] / worst["dwpd_rated"] if worst else float("nan")}
+    return {
+        "endurance_decides": decides,
+        "n_ssd_configs": len(ssd),
+        "worst_label": worst["label"] if worst else "none",
+        "worst_ratio": worst["dwpd_used_busy"] / worst["dwpd_rated"] if worst else float("nan"),
+    }

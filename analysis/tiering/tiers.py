@@ -33,8 +33,10 @@ import math
 from dataclasses import dataclass
 
 from .. import kv
+from ..specs import gpu as _gpu
+from ..specs import hardware as _hw
+from ..specs import model as _model
 from . import endurance as _endurance
-from ..specs import gpu as _gpu, hardware as _hw, model as _model
 
 YEAR_S = 365.25 * 86400.0
 
@@ -250,7 +252,11 @@ def build_tier(key: str, d: Deployment) -> Tier:
         cap = n * s["capacity"]
         capex = capex_usd_per_s(cap * price, d)
         cost = capex + energy_usd_per_s(n * s["power"], d)
-        label = {"nvme": "NVMe Gen5 TLC", "qlc": "QLC", "ai_ssd": f"AI SSD (int{d.ai_ssd_bits} in drive)"}[key]
+        label = {
+            "nvme": "NVMe Gen5 TLC",
+            "qlc": "QLC",
+            "ai_ssd": f"AI SSD (int{d.ai_ssd_bits} in drive)",
+        }[key]
         dwpd = {"nvme": d.nvme_dwpd, "qlc": d.qlc_dwpd, "ai_ssd": d.ai_ssd_dwpd}[key]
         rating = _endurance.drive_rating(name, dwpd, d.nvme_write_bw if key == "nvme" else None)
         k = d.mixed_interference if d.mixed_interference > 0 else _endurance.write_interference(name)
@@ -258,8 +264,24 @@ def build_tier(key: str, d: Deployment) -> Tier:
         wbw = delivered_bandwidth(n * rating["write_bw"], n * s["interface_bandwidth"], d)[0]
         tbw = n * rating["tbw_bytes"]
         per_byte = (cap * price) / tbw * d.write_amplification if n else 0.0
-        return Tier(key, label, cap / stored, bw, stored, s["read_latency"], cost, True, d.data_path, limit,
-                    capex, per_byte, wbw, k, tbw, rating["dwpd"])
+        return Tier(
+            key,
+            label,
+            cap / stored,
+            bw,
+            stored,
+            s["read_latency"],
+            cost,
+            True,
+            d.data_path,
+            limit,
+            capex,
+            per_byte,
+            wbw,
+            k,
+            tbw,
+            rating["dwpd"],
+        )
     raise ValueError(f"unknown tier {key!r}; tiers: hbm, dram, cxl, pool, nvme, qlc, ai_ssd")
 
 
@@ -296,7 +318,9 @@ def tier_bandwidths(d: Deployment) -> dict:
     return out
 
 
-def ai_ssd_plausibility(d: Deployment, ops_per_element_quant: float = 8.0, ops_per_element_score: float = 2.0) -> dict:
+def ai_ssd_plausibility(
+    d: Deployment, ops_per_element_quant: float = 8.0, ops_per_element_score: float = 2.0
+) -> dict:
     """Physical checks of the seed's AI SSD figures against PCIe 5.0 x4 and its own TOPS.
 
     Quantizing bf16 KV arriving at line rate costs ``ops_per_element_quant`` operations per element
@@ -307,21 +331,28 @@ def ai_ssd_plausibility(d: Deployment, ops_per_element_quant: float = 8.0, ops_p
     seq = s["seq_read"]
     iops_bytes = s["random_read_iops"] * 4096
     bits = d.ai_ssd_bits
-    elems_in_bf16 = seq / 2.0                     # bf16 elements/s if bf16 KV arrived at the drive's line rate
-    elems_stored = seq * 8.0 / bits               # stored low-bit elements/s read at line rate
+    elems_in_bf16 = seq / 2.0  # bf16 elements/s if bf16 KV arrived at the drive's line rate
+    elems_stored = seq * 8.0 / bits  # stored low-bit elements/s read at line rate
     quant_ops = elems_in_bf16 * ops_per_element_quant
     score_ops = elems_stored * ops_per_element_score
     return {
-        "seq_read": seq, "x4_ceiling": link, "seq_fraction_of_ceiling": seq / link,
-        "iops_4k_bytes": iops_bytes, "iops_fraction_of_ceiling": iops_bytes / link,
-        "tops": s["in_drive_compute"], "quant_ops_needed": quant_ops, "score_ops_needed": score_ops,
-        "tops_headroom_quant": s["in_drive_compute"] / quant_ops, "tops_headroom_score": s["in_drive_compute"] / score_ops,
+        "seq_read": seq,
+        "x4_ceiling": link,
+        "seq_fraction_of_ceiling": seq / link,
+        "iops_4k_bytes": iops_bytes,
+        "iops_fraction_of_ceiling": iops_bytes / link,
+        "tops": s["in_drive_compute"],
+        "quant_ops_needed": quant_ops,
+        "score_ops_needed": score_ops,
+        "tops_headroom_quant": s["in_drive_compute"] / quant_ops,
+        "tops_headroom_score": s["in_drive_compute"] / score_ops,
         "effective_kv_bw": seq * 16.0 / bits,
     }
 
 
-def gpu_usd_per_s(d: Deployment, basis: str = "rent", rent_override_usd_per_s: float = 0.0,
-                  lifetime_s: float = 4 * YEAR_S) -> float:
+def gpu_usd_per_s(
+    d: Deployment, basis: str = "rent", rent_override_usd_per_s: float = 0.0, lifetime_s: float = 4 * YEAR_S
+) -> float:
     """Cost of one GPU per second: its rental rate, or its price amortised plus its energy."""
     g = _gpu(d.gpu)
     if basis == "rent":
@@ -333,4 +364,3 @@ def gpu_usd_per_s(d: Deployment, basis: str = "rent", rent_override_usd_per_s: f
 
 def as_rows(tiers) -> list[dict]:
     return [dataclasses.asdict(t) for t in tiers]
-
