@@ -4,11 +4,12 @@ jupyter-cache re-executes a page only when its code cells change. A chapter's ou
 the modules of ``analysis`` it imports and on the files it reads, so each executable page has a key
 (:func:`analysis.deps.chapter_key`: the source of the transitive closure of its imports inside
 ``analysis/`` and of the data files that closure reads, including the committed long-run artifacts
-and frozen settings under ``results/`` that chapters read instead of computing). Before the build, the cache records of every
-page whose key changed are removed, so that page, and only that page, is executed again; the build
-says which pages re-execute and which changed files caused it. The build treats warnings (and
-unresolved references, nitpicky) as errors; when a page fails, it ends by printing, for each failed
-page, the exception and the last frames of its traceback, with a hint for known errors.
+and frozen settings under ``results/`` that chapters read instead of computing). Before the build,
+the cache records of every page whose key changed are removed, so that page, and only that page,
+is executed again; the build says which pages re-execute and which changed files caused it. The
+build treats warnings (and unresolved references, nitpicky) as errors; when a page fails, it ends by
+printing, for each failed page, the exception and the last frames of its traceback, with a hint for
+known errors.
 """
 from __future__ import annotations
 

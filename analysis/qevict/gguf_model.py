@@ -91,9 +91,7 @@ class LlamaModel:
         self.out_norm = weights["out_norm"]
         self.layers = weights["layers"]
         hd = cfg.head_dim
-        inv_freq = (
-            np.float32(cfg.rope_base) ** (-np.arange(0, hd, 2, dtype=np.float32) / np.float32(hd))
-        ).astype(np.float32)
+        inv_freq = (np.float32(cfg.rope_base) ** (-np.arange(0, hd, 2, dtype=np.float32) / np.float32(hd))).astype(np.float32)
         pos = np.arange(cfg.context_length, dtype=np.float32)
         ang = pos[:, None] * inv_freq[None, :]  # float32 angles, (Tmax, hd/2)
         self.rope_cos = np.cos(ang).astype(np.float32)
@@ -153,11 +151,7 @@ class LlamaModel:
                     w2=np.ascontiguousarray(t[p + "ffn_down.weight"].T),  # (F, D)
                 )
             )
-        weights = dict(
-            tok_emb=np.ascontiguousarray(t["token_embd.weight"]),
-            out_norm=t["output_norm.weight"],
-            layers=layers,
-        )
+        weights = dict(tok_emb=np.ascontiguousarray(t["token_embd.weight"]), out_norm=t["output_norm.weight"], layers=layers)
         return cls(cfg, weights, gguf_file=path)
 
     # ------------------------------------------------------------------ pieces
@@ -195,11 +189,7 @@ class LlamaModel:
         qkv = h @ lw["wqkv"]
         T = x.shape[0]
         q = qkv[:, : c.n_heads * hd].reshape(T, c.n_heads, hd).transpose(1, 0, 2)
-        k = (
-            qkv[:, c.n_heads * hd : (c.n_heads + c.n_kv_heads) * hd]
-            .reshape(T, c.n_kv_heads, hd)
-            .transpose(1, 0, 2)
-        )
+        k = qkv[:, c.n_heads * hd : (c.n_heads + c.n_kv_heads) * hd].reshape(T, c.n_kv_heads, hd).transpose(1, 0, 2)
         v = qkv[:, (c.n_heads + c.n_kv_heads) * hd :].reshape(T, c.n_kv_heads, hd).transpose(1, 0, 2)
         q = self.rope(q, positions)
         k = self.rope(k, positions).astype(np.float16).astype(np.float32)
@@ -210,7 +200,8 @@ class LlamaModel:
         return self.rmsnorm(h, self.out_norm) @ self.tok_emb_T
 
     # ------------------------------------------------------------------ prefill
-    def prefill(self, tokens, *, logits: str = "last", capture=None, chunk: int = 256, targets=None):
+    def prefill(self, tokens, *, logits: str = "last", capture=None, chunk: int = 256,
+                targets=None):
         """Full causal forward over ``tokens``.
 
         logits: "all" (T, V) array, "last" (V,), "none", or "nll" (needs ``targets``: the
@@ -304,12 +295,8 @@ class LlamaModel:
             q = qkv[:, : c.n_heads * hd].reshape(B, c.n_heads, hd)
             k = qkv[:, c.n_heads * hd : (c.n_heads + c.n_kv_heads) * hd].reshape(B, c.n_kv_heads, hd)
             v = qkv[:, (c.n_heads + c.n_kv_heads) * hd :].reshape(B, c.n_kv_heads, hd)
-            q = np.concatenate(
-                [q[..., :half] * cos - q[..., half:] * sin, q[..., half:] * cos + q[..., :half] * sin], -1
-            )
-            k = np.concatenate(
-                [k[..., :half] * cos - k[..., half:] * sin, k[..., half:] * cos + k[..., :half] * sin], -1
-            )
+            q = np.concatenate([q[..., :half] * cos - q[..., half:] * sin, q[..., half:] * cos + q[..., :half] * sin], -1)
+            k = np.concatenate([k[..., :half] * cos - k[..., half:] * sin, k[..., half:] * cos + k[..., :half] * sin], -1)
             k = k.astype(np.float16).astype(np.float32)
             v = v.astype(np.float16).astype(np.float32)
             cache.append(li, k, v, pos)

@@ -162,21 +162,9 @@ def compare(summary: pd.DataFrame, policy: str, baselines, metric: str = "kl", l
                 verdict = "worse"
             else:
                 verdict = "no clear difference"
-            rows.append(
-                dict(
-                    policy=policy,
-                    baseline=base,
-                    budget=frac,
-                    metric=metric,
-                    diff=m,
-                    lo=lo,
-                    hi=hi,
-                    n_docs=len(d),
-                    policy_value=float(a[common].mean()),
-                    baseline_value=float(b[common].mean()),
-                    verdict=verdict,
-                )
-            )
+            rows.append(dict(policy=policy, baseline=base, budget=frac, metric=metric, diff=m, lo=lo, hi=hi,
+                             n_docs=len(d), policy_value=float(a[common].mean()), baseline_value=float(b[common].mean()),
+                             verdict=verdict))
     return pd.DataFrame(rows)
 
 
@@ -184,16 +172,8 @@ def tier_bytes_table(summary: pd.DataFrame) -> pd.DataFrame:
     """Bytes each tier holds per policy and budget at the end of decoding, mean over documents,
     as totals and per token of context (to price the quantized and cold tiers in chapter 2)."""
     g = summary.groupby(["policy", "label", "budget"], as_index=False)[
-        [
-            "bytes_full",
-            "bytes_quantized",
-            "bytes_cold",
-            "bytes_evicted",
-            "full_cache_bytes",
-            "recall_bytes",
-            "offload_bytes",
-        ]
-    ].mean()
+        ["bytes_full", "bytes_quantized", "bytes_cold", "bytes_evicted", "full_cache_bytes", "recall_bytes",
+         "offload_bytes"]].mean()
     ctx = summary.groupby(["policy", "budget"], as_index=False)["context_tokens"].mean()
     g = g.merge(ctx, on=["policy", "budget"])
     for c in ("bytes_full", "bytes_quantized", "bytes_cold"):
@@ -205,7 +185,6 @@ def tier_bytes_table(summary: pd.DataFrame) -> pd.DataFrame:
 # ----------------------------------------------------------------------------------------------
 # Issue 14: metrics tied to what a policy decides, drift against a declared null, the declared rules
 # ----------------------------------------------------------------------------------------------
-
 
 def pareto_mask(points) -> np.ndarray:
     """Boolean mask of the non-dominated rows of ``points`` (n, k), every column to be minimised: a
@@ -224,13 +203,8 @@ def pareto_mask(points) -> np.ndarray:
 def pareto_table(summary: pd.DataFrame, cols=("device_frac", "recall_bytes_per_step", "kl")) -> pd.DataFrame:
     """Mean over documents per (policy, budget) of on-device bytes (fraction of the full cache),
     recall bytes per step and KL, with ``pareto``: not dominated on all three (lower is better)."""
-    g = (
-        summary[summary.policy != "full"]
-        .groupby(["policy", "label", "budget"], as_index=False)[
-            list(cols) + ["offdevice_frac", "recall_transfers_per_step"]
-        ]
-        .mean()
-    )
+    g = (summary[summary.policy != "full"].groupby(["policy", "label", "budget"], as_index=False)
+         [list(cols) + ["offdevice_frac", "recall_transfers_per_step"]].mean())
     g["pareto"] = pareto_mask(g[list(cols)].values)
     return g
 
@@ -247,15 +221,8 @@ def _top_sets(score: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-def budget_lir(
-    attn_full: np.ndarray,
-    prefill_tokens: int,
-    window: int,
-    frac: float,
-    gap: int = 1,
-    sink_windows: int = 1,
-    decay: float = 1.0,
-) -> pd.DataFrame:
+def budget_lir(attn_full: np.ndarray, prefill_tokens: int, window: int, frac: float, gap: int = 1,
+               sink_windows: int = 1, decay: float = 1.0) -> pd.DataFrame:
     """Budget-relative LIR per layer: the top-B set at step s is the ``B = floor(frac * n)`` prompt
     windows (sinks excluded; ``n`` of them) with the largest importance, importance being the
     full-cache attention accumulated over steps ``<= s`` with per-step ``decay`` (1: H2O's sum; 0:
@@ -291,27 +258,13 @@ def budget_lir(
     rows = []
     for li in range(L):
         n_left = int(left[li].sum())
-        rows.append(
-            dict(
-                layer=li,
-                budget=frac,
-                top_b=B,
-                left=n_left,
-                reentered=int(reent[li].sum()),
-                lir_b=(reent[li].sum() / n_left) if n_left else np.nan,
-            )
-        )
+        rows.append(dict(layer=li, budget=frac, top_b=B, left=n_left, reentered=int(reent[li].sum()),
+                         lir_b=(reent[li].sum() / n_left) if n_left else np.nan))
     return pd.DataFrame(rows)
 
 
-def far_pair_miss(
-    attn_full: np.ndarray,
-    prefill_tokens: int,
-    window: int,
-    frac: float,
-    sink_windows: int = 1,
-    min_lag: int | None = None,
-) -> float:
+def far_pair_miss(attn_full: np.ndarray, prefill_tokens: int, window: int, frac: float,
+                  sink_windows: int = 1, min_lag: int | None = None) -> float:
     """Drift statistic of the declared rule: for every pair of decoding steps (s, t) with
     ``t - s >= min_lag`` (default: half the decoding steps), keep the top ``B = floor(frac * n)``
     prompt windows (sinks excluded; ``n`` of them) by step s's full-cache attention, and measure the
@@ -334,9 +287,8 @@ def far_pair_mean(M: np.ndarray, perm: np.ndarray, min_lag: int | None = None) -
     return float(M[perm[s], perm[t]].mean())
 
 
-def far_pair_matrix(
-    attn_full: np.ndarray, prefill_tokens: int, window: int, frac: float, sink_windows: int = 1
-) -> np.ndarray:
+def far_pair_matrix(attn_full: np.ndarray, prefill_tokens: int, window: int, frac: float,
+                    sink_windows: int = 1) -> np.ndarray:
     """(D, D): entry (s, t) is the share of step t's attention (non-sink prompt windows) outside the
     top-B windows of step s, mean over layers and KV heads."""
     D = attn_full.shape[0]
@@ -358,9 +310,8 @@ def block_permutation(n: int, block: int, rng) -> np.ndarray:
     return np.concatenate([blocks[k] for k in rng.permutation(len(blocks))])
 
 
-def drift_against_null(
-    attn_full: np.ndarray, statistic, n_shuffles: int = 20, seed: int = 0, block: int = 1, permuted=None
-) -> dict:
+def drift_against_null(attn_full: np.ndarray, statistic, n_shuffles: int = 20, seed: int = 0,
+                       block: int = 1, permuted=None) -> dict:
     """``statistic(attn)`` on the attention in decoding order and on ``n_shuffles`` copies with the
     decoding steps' order permuted in blocks of ``block`` steps (seeded): the declared null of "no
     drift" (the same per-step attention and, inside a block, its short-range persistence; no
@@ -373,70 +324,41 @@ def drift_against_null(
     f = permuted or (lambda perm: statistic(attn_full[perm]))
     null = np.array([f(block_permutation(D, block, rng)) for _ in range(n_shuffles)], float)
     nm = float(np.nanmean(null))
-    return dict(
-        observed=obs,
-        null_mean=nm,
-        null_sd=float(np.nanstd(null)),
-        excess=obs - nm,
-        rel_excess=(obs / nm - 1) if nm > 0 else np.nan,
-        n_shuffles=n_shuffles,
-    )
+    return dict(observed=obs, null_mean=nm, null_sd=float(np.nanstd(null)), excess=obs - nm,
+                rel_excess=(obs / nm - 1) if nm > 0 else np.nan, n_shuffles=n_shuffles)
 
 
 # The drift rule, declared before any result (issue 14; replaces the earlier rule, which passed
 # whenever any window re-activated once).
 DRIFT_RULE = dict(
-    statistic="far_pair_miss",
-    budget=0.20,
-    block_steps=8,
-    n_shuffles=20,
-    alpha=0.05,
-    text=(
-        "importance drifts when, for decoding steps at least half the run apart, the top 20% of prompt "
-        "windows by the earlier step's attention miss more of the later step's attention in decoding "
-        "order than with the steps' order shuffled in blocks of 8 (same attention and short-range "
-        "persistence, no long-range order; 20 seeded shuffles): 'reproduced' when the lower end of the "
-        "95% bootstrap interval over documents of the relative excess is above 0, 'not reproduced' "
-        "otherwise; fewer than 2 documents: not testable"
-    ),
+    statistic="far_pair_miss", budget=0.20, block_steps=8, n_shuffles=20, alpha=0.05,
+    text=("importance drifts when, for decoding steps at least half the run apart, the top 20% of prompt "
+          "windows by the earlier step's attention miss more of the later step's attention in decoding "
+          "order than with the steps' order shuffled in blocks of 8 (same attention and short-range "
+          "persistence, no long-range order; 20 seeded shuffles): 'reproduced' when the lower end of the "
+          "95% bootstrap interval over documents of the relative excess is above 0, 'not reproduced' "
+          "otherwise; fewer than 2 documents: not testable"),
 )
 
 
-def drift_rule_verdict(
-    rel_excess_per_doc, n_boot: int = 2000, seed: int = 0, alpha: float = DRIFT_RULE["alpha"]
-) -> dict:
+def drift_rule_verdict(rel_excess_per_doc, n_boot: int = 2000, seed: int = 0,
+                       alpha: float = DRIFT_RULE["alpha"]) -> dict:
     """Verdict of :data:`DRIFT_RULE` from the per-document relative excess over the shuffled null."""
     v = np.asarray(rel_excess_per_doc, float)
     v = v[np.isfinite(v)]
     if len(v) < 2:
-        return dict(
-            verdict="not testable from public data",
-            mean=float(v.mean()) if len(v) else np.nan,
-            lo=np.nan,
-            hi=np.nan,
-            n_docs=len(v),
-        )
+        return dict(verdict="not testable from public data", mean=float(v.mean()) if len(v) else np.nan,
+                    lo=np.nan, hi=np.nan, n_docs=len(v))
     m, lo, hi = bootstrap_ci(v, n_boot, seed, alpha)
     return dict(verdict="reproduced" if lo > 0 else "not reproduced", mean=m, lo=lo, hi=hi, n_docs=len(v))
 
 
-def document_drift(
-    attn_full: np.ndarray,
-    prefill_tokens: int,
-    window: int,
-    *,
-    gap: int,
-    tau: float,
-    sink_windows: int,
-    budget: float = DRIFT_RULE["budget"],
-    decay: float = 1.0,
-    n_shuffles: int = DRIFT_RULE["n_shuffles"],
-    block: int = DRIFT_RULE["block_steps"],
-    seed: int = 0,
-) -> dict:
+def document_drift(attn_full: np.ndarray, prefill_tokens: int, window: int, *, gap: int, tau: float,
+                   sink_windows: int, budget: float = DRIFT_RULE["budget"], decay: float = 1.0,
+                   n_shuffles: int = DRIFT_RULE["n_shuffles"], block: int = DRIFT_RULE["block_steps"],
+                   seed: int = 0) -> dict:
     """One document's drift measurements against the block-shuffled null: the declared statistic
     (:func:`far_pair_miss`), Global LIR and the budget-relative LIR (pooled over layers)."""
-
     def glir(a):
         t = global_lir(a, prefill_tokens, window, gap, tau, sink_windows)
         n = t.inactive_windows.sum()
@@ -450,11 +372,8 @@ def document_drift(
     out = {}
     M = far_pair_matrix(attn_full, prefill_tokens, window, budget, sink_windows)
     fast = dict(miss=lambda perm: far_pair_mean(M, perm))
-    stats = dict(
-        miss=lambda a: far_pair_miss(a, prefill_tokens, window, budget, sink_windows),
-        global_lir=glir,
-        budget_lir=blir,
-    )
+    stats = dict(miss=lambda a: far_pair_miss(a, prefill_tokens, window, budget, sink_windows),
+                 global_lir=glir, budget_lir=blir)
     for k, f in stats.items():
         r = drift_against_null(attn_full, f, n_shuffles, seed, block, permuted=fast.get(k))
         for kk, vv in r.items():
@@ -462,22 +381,15 @@ def document_drift(
     return out
 
 
-def lir_gain_correlation(
-    summary: pd.DataFrame,
-    lir_per_doc: pd.Series,
-    policy: str = "qevict_recall",
-    reference: str = "mikv",
-    n_boot: int = 2000,
-    seed: int = 0,
-) -> dict:
+def lir_gain_correlation(summary: pd.DataFrame, lir_per_doc: pd.Series, policy: str = "qevict_recall",
+                         reference: str = "mikv", n_boot: int = 2000, seed: int = 0) -> dict:
     """Per document, the KL gain of ``policy`` over ``reference`` (mean over budgets of
     KL(reference) - KL(policy)) against the document's LIR: Spearman's rho with a bootstrap interval
     over documents.  Does drift predict when recovery pays?"""
     from scipy.stats import spearmanr
 
     k = summary[summary.policy.isin([policy, reference])].pivot_table(
-        index="document", columns="policy", values="kl", aggfunc="mean"
-    )
+        index="document", columns="policy", values="kl", aggfunc="mean")
     if policy not in k or reference not in k:
         return dict(rho=np.nan, lo=np.nan, hi=np.nan, n_docs=0, table=pd.DataFrame())
     gain = (k[reference] - k[policy]).rename("kl_gain")
@@ -493,27 +405,20 @@ def lir_gain_correlation(
         x, y = t.lir.values[idx], t.kl_gain.values[idx]
         if np.unique(x).size > 1 and np.unique(y).size > 1:
             boots.append(spearmanr(x, y)[0])
-    lo, hi = np.quantile(boots, [0.025, 0.975]) if len(boots) > 10 else (np.nan, np.nan)
+    lo, hi = (np.quantile(boots, [0.025, 0.975]) if len(boots) > 10 else (np.nan, np.nan))
     return dict(rho=rho, lo=float(lo), hi=float(hi), n_docs=n, table=t)
 
 
 # The QEvict rule, declared before any result (issue 11 / 14).
 QEVICT_RULE = dict(
-    metric="kl",
-    alpha=0.05,
-    margin_rel=0.10,
-    min_budget_share=0.75,
-    min_docs=3,
-    eps=1e-6,
-    text=(
-        "per (baseline, budget), the per-document log ratio log(KL_QEvict / KL_baseline): 'better' when "
-        "its Holm-corrected one-sided test of a mean below 0 rejects, 'not worse' when the test of a mean "
-        "below log(1 + 10%) rejects, 'worse' when the test of a mean above 0 rejects (each a Holm family "
-        "over all pairs, alpha 5%, t over documents); 'reproduced' when QEvict is better or not worse "
-        "than every baseline at >= 3 of 4 budgets (>= 75% of the budgets), 'partly reproduced' when "
-        "that holds against some baselines, 'not reproduced' against none; fewer than 3 documents: "
-        "not testable"
-    ),
+    metric="kl", alpha=0.05, margin_rel=0.10, min_budget_share=0.75, min_docs=3, eps=1e-6,
+    text=("per (baseline, budget), the per-document log ratio log(KL_QEvict / KL_baseline): 'better' when "
+          "its Holm-corrected one-sided test of a mean below 0 rejects, 'not worse' when the test of a mean "
+          "below log(1 + 10%) rejects, 'worse' when the test of a mean above 0 rejects (each a Holm family "
+          "over all pairs, alpha 5%, t over documents); 'reproduced' when QEvict is better or not worse "
+          "than every baseline at >= 3 of 4 budgets (>= 75% of the budgets), 'partly reproduced' when "
+          "that holds against some baselines, 'not reproduced' against none; fewer than 3 documents: "
+          "not testable"),
 )
 
 
@@ -534,9 +439,8 @@ def holm_adjust(p) -> np.ndarray:
     return out
 
 
-def qevict_rule(
-    summary: pd.DataFrame, policy: str, baselines, rule: dict = QEVICT_RULE
-) -> tuple[str, pd.DataFrame]:
+def qevict_rule(summary: pd.DataFrame, policy: str, baselines,
+                rule: dict = QEVICT_RULE) -> tuple[str, pd.DataFrame]:
     """Apply :data:`QEVICT_RULE`: returns (verdict, one row per (baseline, budget) with the mean log
     ratio, its Holm-level interval (level 1 - alpha / (m - k + 1) for the pair ranked k-th by its
     not-worse p-value), the three Holm-adjusted p-values and the outcome)."""
@@ -563,23 +467,10 @@ def qevict_rule(
             p_better = float(st.t.cdf(m / se, df)) if n > 1 else np.nan
             p_notworse = float(st.t.cdf((m - delta) / se, df)) if n > 1 else np.nan
             p_worse = float(st.t.sf(m / se, df)) if n > 1 else np.nan
-            rows.append(
-                dict(
-                    policy=policy,
-                    baseline=base,
-                    budget=frac,
-                    n_docs=n,
-                    log_ratio=m,
-                    se=se,
-                    df=df,
-                    ratio=float(np.exp(m)),
-                    policy_value=float(a[common].mean()),
-                    baseline_value=float(b[common].mean()),
-                    p_better=p_better,
-                    p_notworse=p_notworse,
-                    p_worse=p_worse,
-                )
-            )
+            rows.append(dict(policy=policy, baseline=base, budget=frac, n_docs=n, log_ratio=m, se=se, df=df,
+                             ratio=float(np.exp(m)), policy_value=float(a[common].mean()),
+                             baseline_value=float(b[common].mean()), p_better=p_better,
+                             p_notworse=p_notworse, p_worse=p_worse))
     t = pd.DataFrame(rows)
     if len(t) == 0 or t.n_docs.min() < rule["min_docs"]:
         if len(t):
@@ -595,18 +486,11 @@ def qevict_rule(
     t["level"] = 1 - lev
     t["lo"] = np.exp(t.log_ratio - tq * t.se)
     t["hi"] = np.exp(t.log_ratio + tq * t.se)
-    t["outcome"] = np.where(
-        t.p_better_holm < alpha,
-        "better",
-        np.where(
-            t.p_notworse_holm < alpha, "not worse", np.where(t.p_worse_holm < alpha, "worse", "unclear")
-        ),
-    )
-    ok = (
-        t.assign(ok=t.outcome.isin(["better", "not worse"]))
-        .groupby("baseline")
-        .agg(ok=("ok", "sum"), n=("ok", "size"))
-    )
+    t["outcome"] = np.where(t.p_better_holm < alpha, "better",
+                            np.where(t.p_notworse_holm < alpha, "not worse",
+                                     np.where(t.p_worse_holm < alpha, "worse", "unclear")))
+    ok = t.assign(ok=t.outcome.isin(["better", "not worse"])).groupby("baseline").agg(
+        ok=("ok", "sum"), n=("ok", "size"))
     passed = ok.ok >= np.ceil(rule["min_budget_share"] * ok.n - 1e-9)
-    verdict = "reproduced" if passed.all() else "partly reproduced" if passed.any() else "not reproduced"
+    verdict = ("reproduced" if passed.all() else "partly reproduced" if passed.any() else "not reproduced")
     return verdict, t

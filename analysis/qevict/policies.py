@@ -46,9 +46,7 @@ class PolicyConfig:
 
     def __post_init__(self):
         if self.window % self.group or self.head_dim % self.group:
-            raise ValueError(
-                f"group {self.group} must divide window {self.window} and head_dim {self.head_dim}"
-            )
+            raise ValueError(f"group {self.group} must divide window {self.window} and head_dim {self.head_dim}")
         if not 0 < self.full_share <= 1:
             raise ValueError("full_share must be in (0, 1]")
         if not 0 < self.score_decay <= 1:
@@ -166,7 +164,6 @@ class StreamingLLM(_EvictByPriority):
 class H2O(_EvictByPriority):
     """Heavy hitters by accumulated attention (all prefill queries + every decoding step), half of
     the budget for the most recent windows (as in the H2O paper)."""
-
     name = "h2o"
 
     def init(self, stats):
@@ -188,7 +185,6 @@ class H2O(_EvictByPriority):
 
 class TOVA(_EvictByPriority):
     """Evict the windows the current query attends to least (TOVA, at window granularity)."""
-
     name = "tova"
 
     def init(self, stats):
@@ -207,7 +203,6 @@ class SnapKV(_EvictByPriority):
     """One-shot selection at the end of the prefill by the pooled attention of the observation
     window; the observation window and every decoded window rank above all other prompt windows
     (newest first) when later windows close."""
-
     name = "snapkv"
 
     def init(self, stats):
@@ -231,7 +226,6 @@ class KIVI(Policy):
     """Quantize every closed non-sink window; spend what is left of the budget on keeping the most
     recent closed windows at full precision (KIVI's full-precision residual).  If even quantizing
     everything does not fit, the oldest windows are evicted and ``fits`` becomes False."""
-
     name = "kivi"
 
     def target(self, tier, nc):
@@ -283,7 +277,6 @@ class ThreeTier(Policy):
     quantized window whose importance ranks it into the full tier is promoted, by dequantizing it
     in place or by recalling its exact copy from the cold tier.
     """
-
     name = "threetier"
 
     def __init__(self, frac, cfg, n_layers, n_kv, n_windows, promote="none"):
@@ -372,7 +365,6 @@ class _Offloading(Policy):
     """Policies that keep every window they do not hold off the device (exact, recallable) and
     rank windows with key digests kept on the device (``digest_window_bytes`` per window and head,
     counted in the budget)."""
-
     promote = "recall"
     uses_digest = True
 
@@ -400,7 +392,6 @@ class Quest(_Offloading):
     whose digest bound (largest possible logit of the current query) is highest are loaded and read
     exactly, ``k`` as many as the budget holds after the sinks, the open window and the digests.
     The window unit of this book replaces Quest's 16-token pages."""
-
     name = "quest"
     uses_digest = False
 
@@ -442,7 +433,6 @@ class H2ORecall(_RecallByPriority):
     starts from the prefill's column sums (as H2O) and then adds, every step, each window's attention
     share estimated from its key digest (held or not, so offloaded windows can climb back, as in
     ArkVale); half of the held windows are the most recent."""
-
     name = "h2o_recall"
 
     def init(self, stats):
@@ -466,7 +456,6 @@ class SnapKVRecall(_RecallByPriority):
     ranked by their digest-estimated attention accumulated since the previous re-decision (the
     recent queries' importance, ArkVale's ranking), so offloaded windows that the recent queries
     need are recalled."""
-
     name = "snapkv_recall"
 
     def init(self, stats):
@@ -489,30 +478,12 @@ class SnapKVRecall(_RecallByPriority):
         return pr
 
 
-REGISTRY = {
-    c.name: c
-    for c in (
-        FullCache,
-        StreamingLLM,
-        H2O,
-        TOVA,
-        SnapKV,
-        KIVI2,
-        KIVI4,
-        MiKV,
-        QEvictDequant,
-        QEvictRecall,
-        Quest,
-        H2ORecall,
-        SnapKVRecall,
-    )
-}
+REGISTRY = {c.name: c for c in (FullCache, StreamingLLM, H2O, TOVA, SnapKV, KIVI2, KIVI4, MiKV, QEvictDequant,
+                                 QEvictRecall, Quest, H2ORecall, SnapKVRecall)}
 assert tuple(REGISTRY) == POLICIES
 
 
-def make_policy(
-    name: str, frac: float, cfg: PolicyConfig, n_layers: int, n_kv: int, n_windows: int
-) -> Policy:
+def make_policy(name: str, frac: float, cfg: PolicyConfig, n_layers: int, n_kv: int, n_windows: int) -> Policy:
     if name not in REGISTRY:
         raise ValueError(f"unknown policy {name!r}; policies: {', '.join(POLICIES)}")
     return REGISTRY[name](frac, cfg, n_layers, n_kv, n_windows)
