@@ -122,7 +122,8 @@ def test_glued_values_render_as_text(browser, base_url, screenshots, docname):
             problems.append(f"empty glued value in: {g['context']!r}")
         elif text.startswith("<") and ("Figure" in text or "object at 0x" in text or "matplotlib" in text):
             problems.append(f"glued value renders as a Python repr {text!r} in: {g['context']!r}")
-        elif text.lower() in {"nan", "none", "inf", "-inf"}:
+        elif text in {"nan", "NaN", "None", "inf", "-inf", "<NA>", "NaT"}:
+            # Python's and pandas' spellings of missing values (case matters: "none" is an English word)
             problems.append(f"glued value is {text!r} in: {g['context']!r}")
     for m in r["math"]:
         if not m["rendered"]:
