@@ -16,3 +16,31 @@ def fixture_chapter(monkeypatch):
     monkeypatch.setenv("KVBOOK_EXTRA_CHAPTERS", "99_fixture=tests.fixtures.fixture_schema:PARAMS")
     monkeypatch.setenv("PYTHONPATH", str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return REPO / "tests" / "fixtures" / "99_fixture.md"
+
+
+# The built book served on 127.0.0.1 and one headless Chromium per test module (the browser tests of
+# test_browser.py and test_browser_layout.py share these; a module may define its own).
+@pytest.fixture(scope="module")
+def site():
+    from tests import browser_helpers as bh
+
+    if not (bh.SITE / "index.html").is_file():
+        pytest.skip(f"{bh.SITE} is absent: build the book first (python -m analysis.build)")
+    return bh.SITE
+
+
+@pytest.fixture(scope="module")
+def base_url(site):
+    from tests import browser_helpers as bh
+
+    with bh.serve(site) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser(site, tmp_path_factory):
+    from tests import browser_helpers as bh
+
+    drv = bh.start_chromium(tmp_path_factory.mktemp("chromium-profile"))
+    yield drv
+    drv.quit()

@@ -30,23 +30,6 @@ PAGES = bh.toc_docnames()
 CHAPTERS = bh.chapter_docnames()
 
 @pytest.fixture(scope="module")
-def site():
-    if not (bh.SITE / "index.html").is_file():
-        pytest.skip(f"{bh.SITE} is absent: build the book first (python -m analysis.build)")
-    return bh.SITE
-
-@pytest.fixture(scope="module")
-def base_url(site):
-    with bh.serve(site) as url:
-        yield url
-
-@pytest.fixture(scope="module")
-def browser(site, tmp_path_factory):
-    drv = bh.start_chromium(tmp_path_factory.mktemp("chromium-profile"))
-    yield drv
-    drv.quit()
-
-@pytest.fixture(scope="module")
 def screenshots(site):
     if bh.SHOTS.exists():
         shutil.rmtree(bh.SHOTS)

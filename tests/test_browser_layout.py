@@ -58,26 +58,6 @@ COUNT_HEADERS = re.compile(r"layers|requests|instances|gpus|drives|blocks|count|
                            re.I)
 
 
-@pytest.fixture(scope="module")
-def site():
-    if not (bh.SITE / "index.html").is_file():
-        pytest.skip(f"{bh.SITE} is absent: build the book first (python -m analysis.build)")
-    return bh.SITE
-
-
-@pytest.fixture(scope="module")
-def base_url(site):
-    with bh.serve(site) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def browser(site, tmp_path_factory):
-    drv = bh.start_chromium(tmp_path_factory.mktemp("chromium-profile-layout"))
-    yield drv
-    drv.quit()
-
-
 _SEEN: dict[str, dict] = {}
 
 
