@@ -137,3 +137,29 @@ def test_goodput_is_the_highest_rate_meeting_the_attainment_target():
     assert above.attainment < P.ATTAINMENT
     assert r["rate_per_device"] == pytest.approx(r["rate"] / r["devices"])
     assert r["devices"] == sum(counts[u["unit"]] * u["devices"] for u in p.units)
+
+
+@pytest.mark.parametrize("mode,chunked", [("C", True), ("C", False), ("PD", True), ("AF", True),
+                                          ("PDAF", True)])
+def test_lazy_engines_match_one_event_per_iteration(mode, chunked):
+    """The engines advanced between routing decisions give the same per-request TTFT and TPOT as the
+    earlier simulation with one simpy event per iteration (tests/_des_reference.py), on a bursty
+    workload with mixed lengths, several instances and simultaneous arrivals."""
+    from tests import _des_reference as ref
+
+    rng = np.random.default_rng(5)
+    ins = rng.integers(50, 12000, 400).astype(float)
+    outs = rng.integers(1, 400, 400).astype(float)
+    wl = S.Workload.from_lengths(ins, outs)
+    g = S.Grid(sizes=(1, 2), tps=(1, 2), batches=(8, 32), chunks=(1024,), prefill_batches=(1, 4),
+               utilisations=(0.7,), microbatches=(1, 2))
+    p = S.best_plan(mode, MODEL, wl, S.SLO(1e6, 1e6), S.default_hardware(H100), budget=8, grid=g)
+    assert p.feasible
+    trace = np.floor(np.sort(rng.exponential(1.0, 400)).cumsum() / 5) * 5  # ties: several at one instant
+    kw = dict(budget=8, load=0.95, trace_s=trace, grid=g, chunked=chunked, slo=S.SLO(5.0, 0.05))
+    a = des.simulate(p, MODEL, wl, **kw)
+    b = ref.simulate(p, MODEL, wl, **kw)
+    assert sum(a.instances.values()) >= 2 or mode != "C"
+    np.testing.assert_array_equal(a.ttft, b.ttft)
+    np.testing.assert_array_equal(a.tpot, b.tpot)
+    assert a.sim_seconds == pytest.approx(b.sim_seconds)

@@ -16,7 +16,10 @@ through whole instances of the plan's units:
 
 Step times come from the same cost model as the screen (:mod:`analysis.forward`, same efficiencies),
 tabulated once per plan over the batch size and context (decode), prompts and length (prefill) and
-chunk tokens (mixed iterations), then interpolated, so one iteration costs a table lookup. Whole
+chunk tokens (mixed iterations), then interpolated, so one iteration costs a table lookup; an
+engine's iterations are not simpy events but a loop advanced up to each routing decision (simpy
+schedules arrivals, prefill passes and hand-overs), which gives the same times as one event per
+iteration (tests/_des_reference.py) at about one event per request. Whole
 instances: the plan's rate-matched device shares are rounded to instances within the budget (at least
 one each). Arrivals: a trace's timestamps rescaled to the requested rate (keeping its burstiness) or a
 seeded Poisson process. Simplifications, stated: a prefill batch is priced at its prompts' mean length;
@@ -208,7 +211,10 @@ def simulate(plan: S.Plan, model, wl: S.Workload, *, budget: int, rate: float | 
     class Decoder:
         """A continuous-batching engine; with ``chunk`` it also runs chunked prefill (C, AF). A running
         sequence is a count and an entry in ``finish`` (the iteration it ends at), so one iteration is a
-        table lookup and a dictionary pop."""
+        table lookup and a dictionary pop. The engine is advanced lazily: its iterations are not simpy
+        events but a loop run up to the time of the next routing decision (:meth:`advance`), since
+        nothing but a submission can change what an engine does; the state seen at that time is the
+        one an event per iteration would give."""
 
         def __init__(self, u, chunk=None, whole=False):
             run, self.devices, _ = _runner(s, prec, eff, u, grid)
@@ -235,17 +241,19 @@ def simulate(plan: S.Plan, model, wl: S.Workload, *, budget: int, rate: float | 
             self.finish = {}        # iteration -> requests that emit their last token in it
             self.ctx_sum = 0.0
             self.waiting = deque()  # decode: request ids; chunked: [id, prompt tokens left]
-            self.wake = env.event()
-            env.process(self.loop())
+            self.end = None         # end time of the iteration in flight (None: idle)
+            self.flight = None      # (decode batch, requests whose prefill the iteration finishes)
+            self.start = None       # an idle engine's wake-up time (its first iteration starts then)
+            self.last = 0.0         # end of the last iteration run
 
         @property
         def load(self):
             return self.n + len(self.waiting)
 
-        def submit(self, r):
+        def submit(self, r, now):
             self.waiting.append(r if not self.chunk else [r, Il[r]])
-            if not self.wake.triggered:
-                self.wake.succeed()
+            if self.end is None and self.start is None:
+                self.start = now  # starts once every submission of this instant is in
 
         def _admit(self, r, now):
             """A sequence whose first token is out joins the decode batch."""
@@ -256,12 +264,13 @@ def simulate(plan: S.Plan, model, wl: S.Workload, *, budget: int, rate: float | 
             self.finish.setdefault(self.it + int(Ol[r]) - 1, []).append(r)
             self.ctx_sum += Il[r] + Hl[r] + 1
 
-        def loop(self):
+        def _begin(self, now):
+            """Compose the iteration starting at ``now`` (or go idle when there is nothing to run)."""
             while True:
                 if not self.n and not self.waiting:
-                    self.wake = env.event()
-                    yield self.wake
-                k_tok, finished_prefill = 0.0, []
+                    self.end = None
+                    return
+                finished_prefill = []
                 if self.whole and self.waiting and self.n < self.cap:
                     tok = 0.0
                     while (self.waiting and self.n + len(finished_prefill) < self.cap
@@ -274,7 +283,7 @@ def simulate(plan: S.Plan, model, wl: S.Workload, *, budget: int, rate: float | 
                     dt = self.t_pre(len(finished_prefill), tok / len(finished_prefill))
                 elif self.chunk:
                     B = self.n
-                    left_tok, slots = float(self.chunk), self.cap - B
+                    k_tok, left_tok, slots = 0.0, float(self.chunk), self.cap - B
                     for w in self.waiting:
                         if left_tok <= 0 or slots <= 0:
                             break
@@ -288,25 +297,41 @@ def simulate(plan: S.Plan, model, wl: S.Workload, *, budget: int, rate: float | 
                     dt = (self.t_dec(B, self.ctx_sum / B) + self.t_chunk(k_tok)) if B else self.t_solo(k_tok)
                 else:
                     while self.waiting and self.n < self.cap:
-                        self._admit(self.waiting.popleft(), env.now)
+                        self._admit(self.waiting.popleft(), now)
                     B = self.n
                     if not B:
                         continue
                     dt = self.t_dec(B, self.ctx_sum / B)
-                yield env.timeout(dt)
-                if B:  # every running sequence emitted a token
-                    self.it += 1
-                    self.ctx_sum += B
-                    for r in self.finish.pop(self.it, ()):
-                        done[r] = env.now
-                        self.n -= 1
-                        self.ctx_sum -= Il[r] + Hl[r] + Ol[r]
-                if finished_prefill:
-                    while self.chunk and self.waiting and self.waiting[0][1] <= 0:
-                        self.waiting.popleft()
-                    for r in finished_prefill:  # the first token comes out of the prefill iteration
-                        first[r] = env.now
-                        self._admit(r, env.now)
+                self.flight = (B, finished_prefill)
+                self.end = now + dt
+                return
+
+        def _complete(self):
+            now = self.end
+            B, finished_prefill = self.flight
+            if B:  # every running sequence emitted a token
+                self.it += 1
+                self.ctx_sum += B
+                for r in self.finish.pop(self.it, ()):
+                    done[r] = now
+                    self.n -= 1
+                    self.ctx_sum -= Il[r] + Hl[r] + Ol[r]
+            if finished_prefill:
+                while self.chunk and self.waiting and self.waiting[0][1] <= 0:
+                    self.waiting.popleft()
+                for r in finished_prefill:  # the first token comes out of the prefill iteration
+                    first[r] = now
+                    self._admit(r, now)
+            self.last = now
+            self._begin(now)
+
+        def advance(self, t):
+            """Run every iteration that ends by ``t`` (an idle engine woken before ``t`` starts first)."""
+            if self.start is not None and self.start < t:
+                st, self.start = self.start, None
+                self._begin(st)
+            while self.end is not None and self.end <= t:
+                self._complete()
 
     class Prefiller:
         def __init__(self, u, decoders):
@@ -336,10 +361,13 @@ def simulate(plan: S.Plan, model, wl: S.Workload, *, budget: int, rate: float | 
 
         def hand_over(self, batch, x):
             yield env.timeout(x)
+            now = env.now
+            for d in self.decoders:
+                d.advance(now)
             for r in batch:
-                first[r] = env.now
+                first[r] = now
                 d = min(self.decoders, key=lambda e: e.load)
-                d.submit(r)
+                d.submit(r, now)
 
     queue: list = []
     queue_event = [env.event()]
@@ -349,10 +377,13 @@ def simulate(plan: S.Plan, model, wl: S.Workload, *, budget: int, rate: float | 
         engines = [Decoder(u, chunk=u["chunk"], whole=not chunked) for _ in range(counts[names[0]])]
 
         def route(r):
-            min(engines, key=lambda e: e.load).submit(r)
+            now = env.now
+            for e in engines:
+                e.advance(now)
+            min(engines, key=lambda e: e.load).submit(r, now)
     else:
         pu, du = units[names[0]], units[names[1]]
-        decoders = [Decoder(du) for _ in range(counts[names[1]])]
+        engines = decoders = [Decoder(du) for _ in range(counts[names[1]])]
         for _ in range(counts[names[0]]):
             Prefiller(pu, decoders)
 
@@ -371,12 +402,15 @@ def simulate(plan: S.Plan, model, wl: S.Workload, *, budget: int, rate: float | 
 
     env.process(source())
     env.run()
+    for e in engines:  # the iterations after the last routing decision
+        e.advance(np.inf)
+    end = max([env.now] + [e.last for e in engines])
     ttft = first - arr
     tpot = np.where(O > 1, (done - first) / np.maximum(O - 1, 1), 0.0)
     p90_ttft = float(np.percentile(ttft, PERCENTILE))
     p90_tpot = float(np.percentile(tpot[O > 1], PERCENTILE)) if (O > 1).any() else 0.0
     att = float(np.mean((ttft <= slo.ttft_s) & (tpot <= slo.tpot_s))) if slo else float("nan")
-    return DESResult(ttft, tpot, p90_ttft, p90_tpot, att, counts, float(rate), float(env.now),
+    return DESResult(ttft, tpot, p90_ttft, p90_tpot, att, counts, float(rate), float(end),
                      time.perf_counter() - t0)
 
 

@@ -1,0 +1,386 @@
+"""Reference for the event simulation (tests only): chapter 3's earlier analysis/disagg/des.py, one simpy
+event per engine iteration, kept to check that the lazily advanced engines of analysis.disagg.des give
+the same per-request times. Only ``simulate`` is used; the tables and helpers are des.py's own copies
+as they were (2026-12-01)."""
+from __future__ import annotations
+
+import bisect
+import functools
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from analysis import forward as costs
+from analysis.disagg import devices as _devices
+from analysis.disagg import search as S
+from analysis.forward import Efficiency, Precision
+
+PERCENTILE = 90.0
+MAX_PREFILL_PROMPTS = 64  # prompts in one whole-prompt prefill iteration (chunked=False)
+
+
+@dataclass
+class DESResult:
+    """Per-request TTFT and TPOT (s), their 90th percentiles, SLO attainment (share of requests meeting
+    both SLOs), the instances simulated, the arrival rate (requests/s), and timing."""
+
+    ttft: np.ndarray
+    tpot: np.ndarray
+    p90_ttft_s: float
+    p90_tpot_s: float
+    attainment: float
+    instances: dict
+    rate: float
+    sim_seconds: float
+    wall_s: float
+
+    def judged(self, slo: S.SLO) -> bool:
+        """Both 90th percentiles within the SLO."""
+        return bool(self.p90_ttft_s <= slo.ttft_s and self.p90_tpot_s <= slo.tpot_s)
+
+
+class _Table:
+    """Linear interpolation on a grid (1-D or 2-D; the grid points may be log-spaced, the interpolation
+    is linear, exact where the cost model is linear in the context), in plain Python (bisect on lists):
+    one lookup per simulated iteration must cost microseconds."""
+
+    def __init__(self, x, y=None, v=None):
+        self.x = [float(a) for a in np.asarray(x, float)]
+        self.y = None if y is None else [float(b) for b in np.asarray(y, float)]
+        self.v = np.asarray(v, float).tolist()
+
+    def __call__(self, a, b=None):
+        x = self.x
+        i = min(max(bisect.bisect_right(x, a) - 1, 0), len(x) - 2)
+        tx = min(max((a - x[i]) / (x[i + 1] - x[i]), 0.0), 1.0)
+        if self.y is None:
+            return self.v[i] + tx * (self.v[i + 1] - self.v[i])
+        y = self.y
+        lb = b
+        j = min(max(bisect.bisect_right(y, lb) - 1, 0), len(y) - 2)
+        ty = min(max((lb - y[j]) / (y[j + 1] - y[j]), 0.0), 1.0)
+        r0, r1 = self.v[i], self.v[i + 1]
+        lo = r0[j] + ty * (r0[j + 1] - r0[j])
+        hi = r1[j] + ty * (r1[j + 1] - r1[j])
+        return lo + tx * (hi - lo)
+
+
+def _runner(s, prec, eff, u, grid):
+    """The forward-pass time function of a unit configuration (``u``: a plan unit dict)."""
+    if "n_a" in u:
+        da = _devices.device(u["hw_a"], prec.compute)
+        df = _devices.device(u["hw_f"], prec.compute)
+        shape = dict(tp=u["tp"], n_a=u["n_a"], n_f=u["n_f"], m=u["m"], scaleup=grid.af_over_scaleup)
+        return lambda **kw: S._split_step(s, prec, eff, da, df, **shape, **kw), u["n_a"], da
+    dev = _devices.device(u["hw"], prec.compute)
+    tp, size = u["tp"], u["size"]
+    return lambda **kw: costs.colocated_pass_time(s, prec, eff, dev, tp=tp, dp=size / tp,
+                                                  microbatches=u.get("ovl", 1.0), **kw), size, dev
+
+
+def _ctx_grid(lo, hi):
+    lo = max(lo, 1.0)
+    return np.geomspace(lo, max(hi, 2.0 * lo), 24)
+
+
+class _ByBatch:
+    """Decode step time for every whole batch size 0..bmax (a row each), linear in the context."""
+
+    def __init__(self, run, bmax, ctx_lo, ctx_hi):
+        B = np.arange(0, int(bmax) + 1, dtype=float)
+        self.c = [float(x) for x in _ctx_grid(ctx_lo, ctx_hi)]
+        v = run(dec_seqs=np.maximum(B, 1.0)[:, None], dec_ctx=np.asarray(self.c)[None, :])
+        self.rows = np.broadcast_to(v, (len(B), len(self.c))).tolist()
+        self.last = len(self.c) - 2
+
+    def __call__(self, b, ctx):
+        c = self.c
+        j = bisect.bisect_right(c, ctx) - 1
+        j = 0 if j < 0 else (self.last if j > self.last else j)
+        t = (ctx - c[j]) / (c[j + 1] - c[j])
+        t = 0.0 if t < 0 else (1.0 if t > 1 else t)
+        r = self.rows[b]
+        return r[j] + t * (r[j + 1] - r[j])
+
+
+def _decode_table(run, bmax, ctx_lo, ctx_hi):
+    return _ByBatch(run, bmax, ctx_lo, ctx_hi)
+
+
+def _prefill_table(run, bmax, L_lo, L_hi, prefix):
+    Bs = np.arange(1, int(bmax) + 1, dtype=float)
+    L = _ctx_grid(L_lo, L_hi)
+    v = run(pre_seqs=Bs[:, None], pre_len=L[None, :], pre_prefix=prefix)
+    if len(Bs) == 1:  # a single row: duplicate it so the 2-D lookup has two rows
+        Bs, v = np.array([1.0, 2.0]), np.vstack([v, v])
+    return _Table(Bs, L, np.broadcast_to(v, (len(Bs), len(L))).copy())
+
+
+def instance_counts(plan: S.Plan, budget: int) -> dict:
+    """Whole instances per unit: the plan's device shares of the budget, rounded, at least one."""
+    out = {}
+    for u in plan.units:
+        per = u["devices"]
+        out[u["unit"]] = max(1, int(round(u["device_share"] * budget / per)))
+    while sum(n * u["devices"] for u, n in zip(plan.units, out.values())) > budget and max(out.values()) > 1:
+        k = max(out, key=lambda x: out[x])
+        out[k] -= 1
+    return out
+
+
+def arrivals(n, rate, *, trace_s=None, seed=0):
+    """``n`` arrival times (s) at mean ``rate`` requests/s: a trace's timestamps rescaled (its first
+    ``n``), or a seeded Poisson process."""
+    if trace_s is not None:
+        t = np.sort(np.asarray(trace_s, dtype=float))[:n]
+        t = t - t[0]
+        span = t[-1] if t[-1] > 0 else 1.0
+        return t * ((len(t) - 1) / rate) / span
+    rng = np.random.default_rng(seed)
+    return np.cumsum(rng.exponential(1.0 / rate, n))
+
+
+def simulate(plan: S.Plan, model, wl: S.Workload, *, budget: int, rate: float | None = None,
+             load: float = 0.9, n_requests: int | None = None, trace_s=None, seed: int = 0,
+             slo: S.SLO | None = None, prec: Precision = Precision(), eff: Efficiency = Efficiency(),
+             grid: S.Grid = S.Grid(), instances: dict | None = None, chunked: bool = True) -> DESResult:
+    """Replay requests through whole instances of ``plan`` (see the module docstring).
+
+    ``chunked=False`` runs a colocated (C, AF) plan without chunked prefill, as vLLM did by default:
+    an iteration either prefills whole waiting prompts (FIFO, up to the plan's chunk size in tokens
+    but at least one prompt, at most :data:`MAX_PREFILL_PROMPTS`) while the decode batch waits, or
+    decodes.
+
+    ``rate``: arrivals per second (default ``load`` times the capacity of the whole instances at the
+    plan's design point); lengths from ``wl.lengths`` (per request, cycled) or the means;
+    ``n_requests`` defaults to the number of lengths (or 2,000)."""
+    if not plan.feasible:
+        raise S.SearchError(f"cannot simulate an infeasible plan: {plan.reason}")
+    t0 = time.perf_counter()
+    s = model if isinstance(model, costs.Shape) else costs.shape(model)
+    units = {u["unit"]: u for u in plan.units}
+    counts = instances or instance_counts(plan, budget)
+    if rate is None:
+        rate = load * min(counts[k] * units[k]["rate"] / (units[k].get("rho", 1.0)) for k in units)
+    if wl.lengths is not None:
+        ins, outs = wl.lengths
+    else:
+        ins, outs = np.array([wl.input_tokens]), np.array([wl.output_tokens])
+    n = int(n_requests or (len(ins) if wl.lengths is not None else 2000))
+    idx = np.arange(n) % len(ins)
+    I = np.maximum(np.round(ins[idx] * (1 - wl.prefix_hit)), 1.0)   # computed prompt tokens
+    H = np.round(ins[idx] * wl.prefix_hit)                            # cached prompt tokens
+    O = np.maximum(np.round(outs[idx]), 1.0)
+    arr = arrivals(n, rate, trace_s=trace_s, seed=seed)
+    first = np.full(n, np.nan)
+    done = np.full(n, np.nan)
+    env = simpy.Environment()
+    ctx_lo, ctx_hi = float((I + H).min()), float((I + H + O).max())
+    L_lo, L_hi = float(I.min()), float(I.max())
+    mean_hit = float(H.mean())
+
+    Il, Hl, Ol = I.tolist(), H.tolist(), O.tolist()
+
+    class Decoder:
+        """A continuous-batching engine; with ``chunk`` it also runs chunked prefill (C, AF). A running
+        sequence is a count and an entry in ``finish`` (the iteration it ends at), so one iteration is a
+        table lookup and a dictionary pop."""
+
+        def __init__(self, u, chunk=None, whole=False):
+            run, self.devices, _ = _runner(s, prec, eff, u, grid)
+            self.cap = int(u["batch"])
+            self.t_dec = _decode_table(run, self.cap, ctx_lo, ctx_hi)
+            self.whole = whole
+            if whole:  # prefill whole prompts, pausing the decode batch
+                self.tok_budget = float(chunk)
+                self.t_pre = _prefill_table(run, MAX_PREFILL_PROMPTS, L_lo, L_hi, mean_hit)
+                chunk = None
+            self.chunk = chunk
+            if chunk:
+                K = float(chunk)
+                ks = np.unique(np.r_[0.0, np.geomspace(1, K, 16)])
+                ctx_mid = float(np.mean(I + H + O / 2))
+                base = run(dec_seqs=float(self.cap), dec_ctx=ctx_mid)
+                inc = run(dec_seqs=float(self.cap), dec_ctx=ctx_mid, pre_seqs=1.0,
+                          pre_len=np.maximum(ks, 1.0), pre_prefix=mean_hit + float(np.mean(I)) / 2) - base
+                self.t_chunk = functools.lru_cache(maxsize=4096)(_Table(ks, v=np.where(ks > 0, inc, 0.0)))
+                solo = run(pre_seqs=1.0, pre_len=np.maximum(ks, 1.0), pre_prefix=mean_hit)
+                self.t_solo = functools.lru_cache(maxsize=4096)(_Table(ks, v=np.where(ks > 0, solo, 0.0)))
+            self.n = 0              # running sequences
+            self.it = 0             # iterations done
+            self.finish = {}        # iteration -> requests that emit their last token in it
+            self.ctx_sum = 0.0
+            self.waiting = deque()  # decode: request ids; chunked: [id, prompt tokens left]
+            self.wake = env.event()
+            env.process(self.loop())
+
+        @property
+        def load(self):
+            return self.n + len(self.waiting)
+
+        def submit(self, r):
+            self.waiting.append(r if not self.chunk else [r, Il[r]])
+            if not self.wake.triggered:
+                self.wake.succeed()
+
+        def _admit(self, r, now):
+            """A sequence whose first token is out joins the decode batch."""
+            if Ol[r] <= 1:
+                done[r] = now
+                return
+            self.n += 1
+            self.finish.setdefault(self.it + int(Ol[r]) - 1, []).append(r)
+            self.ctx_sum += Il[r] + Hl[r] + 1
+
+        def loop(self):
+            while True:
+                if not self.n and not self.waiting:
+                    self.wake = env.event()
+                    yield self.wake
+                k_tok, finished_prefill = 0.0, []
+                if self.whole and self.waiting and self.n < self.cap:
+                    tok = 0.0
+                    while (self.waiting and self.n + len(finished_prefill) < self.cap
+                           and len(finished_prefill) < MAX_PREFILL_PROMPTS
+                           and (not finished_prefill or tok + Il[self.waiting[0]] <= self.tok_budget)):
+                        r = self.waiting.popleft()
+                        tok += Il[r]
+                        finished_prefill.append(r)
+                    B = 0  # the decode batch waits for this prefill iteration
+                    dt = self.t_pre(len(finished_prefill), tok / len(finished_prefill))
+                elif self.chunk:
+                    B = self.n
+                    left_tok, slots = float(self.chunk), self.cap - B
+                    for w in self.waiting:
+                        if left_tok <= 0 or slots <= 0:
+                            break
+                        take = min(w[1], left_tok)
+                        w[1] -= take
+                        left_tok -= take
+                        k_tok += take
+                        if w[1] <= 0:
+                            finished_prefill.append(w[0])
+                            slots -= 1
+                    dt = (self.t_dec(B, self.ctx_sum / B) + self.t_chunk(k_tok)) if B else self.t_solo(k_tok)
+                else:
+                    while self.waiting and self.n < self.cap:
+                        self._admit(self.waiting.popleft(), env.now)
+                    B = self.n
+                    if not B:
+                        continue
+                    dt = self.t_dec(B, self.ctx_sum / B)
+                yield env.timeout(dt)
+                if B:  # every running sequence emitted a token
+                    self.it += 1
+                    self.ctx_sum += B
+                    for r in self.finish.pop(self.it, ()):
+                        done[r] = env.now
+                        self.n -= 1
+                        self.ctx_sum -= Il[r] + Hl[r] + Ol[r]
+                if finished_prefill:
+                    while self.chunk and self.waiting and self.waiting[0][1] <= 0:
+                        self.waiting.popleft()
+                    for r in finished_prefill:  # the first token comes out of the prefill iteration
+                        first[r] = env.now
+                        self._admit(r, env.now)
+
+    class Prefiller:
+        def __init__(self, u, decoders):
+            run, self.devices, self.dev = _runner(s, prec, eff, u, grid)
+            self.b = int(u["pbatch"])
+            self.t_pass = _prefill_table(run, self.b, L_lo, L_hi, mean_hit)
+            self.decoders = decoders
+            self.queue = queue
+            env.process(self.loop())
+
+        def loop(self):
+            while True:
+                while not self.queue:
+                    yield queue_event[0]
+                batch = self.queue[:self.b]
+                del self.queue[:self.b]
+                L = float(np.mean(I[batch]))
+                t = self.t_pass(len(batch), L)
+                if mean_hit > 0:
+                    t += float(costs.kv_transfer_exposed(s, prec, eff, seqs=len(batch), tokens=mean_hit,
+                                                         t_pass=t, devices=self.devices,
+                                                         net=wl.hit_bw / eff.link))
+                yield env.timeout(t)
+                x = float(costs.kv_transfer_exposed(s, prec, eff, seqs=len(batch), tokens=L + mean_hit,
+                                                    t_pass=t, devices=self.devices, net=self.dev["net"]))
+                env.process(self.hand_over(batch, x))
+
+        def hand_over(self, batch, x):
+            yield env.timeout(x)
+            for r in batch:
+                first[r] = env.now
+                d = min(self.decoders, key=lambda e: e.load)
+                d.submit(r)
+
+    queue: list = []
+    queue_event = [env.event()]
+    names = list(units)
+    if names[0] in ("C", "AF"):
+        u = units[names[0]]
+        engines = [Decoder(u, chunk=u["chunk"], whole=not chunked) for _ in range(counts[names[0]])]
+
+        def route(r):
+            min(engines, key=lambda e: e.load).submit(r)
+    else:
+        pu, du = units[names[0]], units[names[1]]
+        decoders = [Decoder(du) for _ in range(counts[names[1]])]
+        for _ in range(counts[names[0]]):
+            Prefiller(pu, decoders)
+
+        def route(r):
+            queue.append(r)
+            ev = queue_event[0]
+            queue_event[0] = env.event()
+            ev.succeed()
+
+    def source():
+        for r in range(n):
+            dt = arr[r] - env.now
+            if dt > 0:
+                yield env.timeout(dt)
+            route(r)
+
+    env.process(source())
+    env.run()
+    ttft = first - arr
+    tpot = np.where(O > 1, (done - first) / np.maximum(O - 1, 1), 0.0)
+    p90_ttft = float(np.percentile(ttft, PERCENTILE))
+    p90_tpot = float(np.percentile(tpot[O > 1], PERCENTILE)) if (O > 1).any() else 0.0
+    att = float(np.mean((ttft <= slo.ttft_s) & (tpot <= slo.tpot_s))) if slo else float("nan")
+    return DESResult(ttft, tpot, p90_ttft, p90_tpot, att, counts, float(rate), float(env.now),
+                     time.perf_counter() - t0)
+
+
+def rerank(mode, model, wl: S.Workload, slo: S.SLO, hardware: dict, *, k: int = 5, budget: int = 64,
+           load: float = 0.9, trace_s=None, seed: int = 0, prec: Precision = Precision(),
+           eff: Efficiency = Efficiency(), grid: S.Grid = S.Grid(), chunked: bool = True) -> list:
+    """The analytic screen's ``k`` best plans of ``mode``, each replayed by :func:`simulate` at
+    ``load`` times its capacity and judged at the 90th percentile: a list of dicts (best analytic
+    first) with the plan, its analytic throughput per device (rate-matched pools), the devices of its
+    whole instances and the throughput per device they serve in the simulation (``des_tps_device``:
+    arrival rate x mean output / devices), the simulated p90 TTFT and TPOT, the SLO attainment and
+    whether both p90s meet the SLO."""
+    plans = S.top_plans(mode, model, wl, slo, hardware, k=k, budget=budget, prec=prec, eff=eff, grid=grid,
+                        enforce_context=False)
+    out = []
+    for rank, p in enumerate(plans):
+        if not p.feasible:
+            out.append({"rank": rank, "plan": p, "feasible": False})
+            continue
+        r = simulate(p, model, wl, budget=budget, load=load, trace_s=trace_s, seed=seed, slo=slo, prec=prec,
+                     eff=eff, grid=grid, chunked=chunked)
+        used = sum(r.instances[u["unit"]] * u["devices"] for u in p.units)
+        mean_out = float(np.mean(wl.lengths[1])) if wl.lengths is not None else wl.output_tokens
+        out.append({"rank": rank, "plan": p, "feasible": True, "tps_device": p.tokens_per_s_per_device,
+                    "devices_used": used, "des_tps_device": r.rate * mean_out / used,
+                    "p90_ttft_s": r.p90_ttft_s, "p90_tpot_s": r.p90_tpot_s, "attainment": r.attainment,
+                    "meets_p90": r.judged(slo), "rate": r.rate, "instances": r.instances, "wall_s": r.wall_s})
+    return out
