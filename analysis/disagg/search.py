@@ -174,6 +174,16 @@ def _ar(s, prec, eff, link, tokens, tp):
 def _split_step(s, prec, eff, da, df, *, tp, n_a, n_f, m, scaleup=True, **pass_kw):
     """Forward-pass time of an attention/FFN split with ``m`` ping-pong micro-batches; ``pass_kw``
     describe the whole pass and are divided among micro-batches."""
+    a, f, x1 = split_layer_parts(s, prec, eff, da, df, tp=tp, n_a=n_a, n_f=n_f, m=m, scaleup=scaleup,
+                                 **pass_kw)
+    return s.n_layers * af_layer_time(a, f, x1, m) + eff.step_overhead_s
+
+
+def split_layer_parts(s, prec, eff, da, df, *, tp, n_a, n_f, m, scaleup=True, **pass_kw):
+    """Per layer and per micro-batch (s): attention time ``a`` (with its tensor-parallel all-reduce,
+    context-parallel exchange and layer overhead), FFN time ``f`` and one direction of the activation
+    hop ``x`` of an attention/FFN split (``da``, ``df``: device dicts); the layer takes
+    :func:`af_layer_time` ``(a, f, x, m)``, the pass ``n_layers`` of them plus the step overhead."""
     kw = {k: (np.asarray(v, dtype=float) / m if k in ("dec_seqs", "pre_seqs") else v)
           for k, v in pass_kw.items()}
     dp = n_a / tp
@@ -196,7 +206,7 @@ def _split_step(s, prec, eff, da, df, *, tp, n_a, n_f, m, scaleup=True, **pass_k
     else:
         x1 = costs.af_hop_time(s, prec, eff, net, tokens=p["tokens"], n_attn=n_a, n_ffn=n_f,
                                per_direction=True)
-    return L * af_layer_time(a, f, x1, m) + eff.step_overhead_s
+    return a, f, x1
 
 
 def af_layer_time(a, f, x1, m):

@@ -82,11 +82,12 @@ def _plan_row(p: S.Plan):
 
 
 def run_cell(model, hw_name, hardware, wl, slo, *, budget, precision, objective, grid, enforce_context,
-             eff=Efficiency(), price_models=None, whole=()):
+             eff=Efficiency(), price_models=None, whole=(), modes=S.MODES):
     """Best plan of every mode for one model, hardware set and workload (rows of the sweep).
     ``price_models``: optional ``{hardware-set name: {device: USD}}``; the candidates are priced once
     and re-priced per model (:func:`.search.reprice`), one set of rows per name (objective dollar);
-    names in ``whole`` are searched with whole instances instead of rate-matched pools."""
+    names in ``whole`` are searched with whole instances instead of rate-matched pools; ``modes``: the
+    modes of a GPU cell (all by default)."""
     rows = []
     name = model if isinstance(model, str) else model.name
     kw = dict(budget=budget, prec=Precision.named(precision), eff=eff, grid=grid,
@@ -107,7 +108,7 @@ def run_cell(model, hw_name, hardware, wl, slo, *, budget, precision, objective,
                              "output_tokens": wl.output_tokens, "mode": mode, "objective": "dollar",
                              **_plan_row(p)})
         return rows
-    plans = S.best_plans(model, wl, slo, hardware, objective=objective, **kw)
+    plans = S.best_plans(model, wl, slo, hardware, modes=modes, objective=objective, **kw)
     for mode, p in plans.items():
         rows.append({"model": name, "hardware": hw_name, "input_tokens": wl.input_tokens,
                      "output_tokens": wl.output_tokens, "mode": mode, "objective": objective, **_plan_row(p)})
@@ -215,14 +216,16 @@ def ablation(base_model, ratios, output_tokens, *, gpu, ttft_slo_s, ttft_slo_s_p
 
 
 def pareto_fronts(model, ratio, output_tokens, *, hardware_name, hardware, tpot_grid, ttft_slo_s,
-                  ttft_slo_s_per_1k_input, budget, precision, af_over_scaleup) -> pd.DataFrame:
+                  ttft_slo_s_per_1k_input, budget, precision, af_over_scaleup,
+                  eff: Efficiency = Efficiency()) -> pd.DataFrame:
+    """Best throughput per device of every mode at each TPOT SLO of ``tpot_grid`` (priced at ``eff``)."""
     wl = S.Workload(max(1.0, round(ratio * output_tokens)), output_tokens)
     ttft = slo_for(wl.input_tokens, ttft_slo_s, ttft_slo_s_per_1k_input, 1.0).ttft_s
     rows = []
     for mode in S.MODES:
         tps = S.pareto(mode, model, wl, ttft, tpot_grid, hardware, budget=budget,
                        prec=Precision.named(precision), grid=gpu_grid(af_over_scaleup),
-                       enforce_context=False)
+                       enforce_context=False, eff=eff)
         rows += [{"mode": mode, "tpot_slo_s": t, "tps_device": v} for t, v in zip(tpot_grid, tps)]
     return pd.DataFrame(rows)
 
@@ -244,10 +247,12 @@ GPU_MIX = "GPUs mixed per role (per dollar)"
 
 
 def mooncake_cells(workload, models, gpus, npu_points, role_hardware, *, ttft_slo_s, ttft_slo_s_per_1k_input,
-                   tpot_slo_s, budget, precision, af_over_scaleup, enforce_context, jobs=2) -> pd.DataFrame:
+                   tpot_slo_s, budget, precision, af_over_scaleup, enforce_context, jobs=2,
+                   eff: Efficiency = Efficiency()) -> pd.DataFrame:
     """Best plan of every mode at the Mooncake trace's mean lengths (``workload``: dict with
     ``input_tokens`` and ``output_tokens``), for every model x hardware set, with speedups; with two
-    GPUs or more also heterogeneous pairs (every role picks its GPU, per dollar, :data:`GPU_MIX`)."""
+    GPUs or more also heterogeneous pairs (every role picks its GPU, per dollar, :data:`GPU_MIX`);
+    every cell priced at ``eff``."""
     sets = hardware_sets(gpus, npu_points, role_hardware or None)
     if len(gpus) > 1:  # heterogeneous pairs: each role picks its GPU, compared per dollar
         sets[GPU_MIX] = S.default_hardware(list(gpus))
@@ -260,7 +265,7 @@ def mooncake_cells(workload, models, gpus, npu_points, role_hardware, *, ttft_sl
         for m in models:
             tasks.append(((m, hw_name, hw, wl, slo),
                           dict(budget=budget, precision=precision, objective="dollar" if npu else "device",
-                               grid=grid, enforce_context=enforce_context)))
+                               grid=grid, enforce_context=enforce_context, eff=eff)))
     h = float(workload.get("prefix_hit", 0.0))
     if h > 0 and gpus:  # the same on the first GPU with the trace's prefix hits loaded over the NIC
         g0 = gpus[0]
@@ -268,7 +273,7 @@ def mooncake_cells(workload, models, gpus, npu_points, role_hardware, *, ttft_sl
         for m in models:
             tasks.append(((m, f"{g0} + prefix hits", S.default_hardware(g0), wl_h, slo),
                           dict(budget=budget, precision=precision, objective="device",
-                               grid=gpu_grid(af_over_scaleup), enforce_context=enforce_context)))
+                               grid=gpu_grid(af_over_scaleup), enforce_context=enforce_context, eff=eff)))
     cells = parallel_map(run_cell_task, tasks, jobs)
     return add_speedup(pd.DataFrame([row for cell in cells for row in cell]), ["model", "hardware"])
 
@@ -349,6 +354,32 @@ def production_sensitivity(device="H800-SXM5-80GB", budget=256,
     return pd.DataFrame(rows)
 
 
+def pd_gain_sweep(models, gpus, ratios, output_tokens, *, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s,
+                  budget, precision, af_over_scaleup, enforce_context, eff: Efficiency = Efficiency(),
+                  jobs=2) -> float:
+    """Claim (a)'s value alone (the largest PD gain over colocated among the GPU cells, as
+    :func:`claim_inputs` takes it from :func:`ratio_sweep`), searching only modes C and PD on the GPUs:
+    what the chapter recomputes at the declared ends of the TPOT SLO."""
+    tasks = []
+    for g in gpus:
+        for model in models:
+            for r in ratios:
+                wl = S.Workload(max(1.0, round(r * output_tokens)), output_tokens)
+                slo = slo_for(wl.input_tokens, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s)
+                tasks.append(((model, g, S.default_hardware(g), wl, slo),
+                              dict(budget=budget, precision=precision, objective="device",
+                                   grid=gpu_grid(af_over_scaleup), enforce_context=enforce_context, eff=eff,
+                                   modes=("C", "PD")), r))
+    rows = []
+    for (_, _, r), cell in zip(tasks, parallel_map(run_cell_task, [(a_, k_) for a_, k_, _ in tasks], jobs)):
+        for row in cell:
+            row["ratio"] = r
+            rows.append(row)
+    df = add_speedup(pd.DataFrame(rows), ["model", "hardware", "ratio"])
+    pdg = df[(df["mode"] == "PD") & np.isfinite(df["speedup"])]
+    return float(pdg["speedup"].max() - 1) if len(pdg) else float("nan")
+
+
 def claim_inputs(sweep: pd.DataFrame, gpus, output_tokens, precision, modes=None) -> dict:
     """The inputs of claims (a)-(c) from one ratio sweep (as the chapter derives them): the largest PD
     gain over colocated among the GPU cells, the NPU set's consistency ranking of the disaggregated
@@ -369,39 +400,49 @@ def claim_inputs(sweep: pd.DataFrame, gpus, output_tokens, precision, modes=None
     return {"pd_gain": pd_gain, "ranking": ranking, "rho_sweep": float(VD.within_ratio_rho(bd).median())}
 
 
-def gain_cells(eff_calibrated: Efficiency | None = None, *, megascale_device="A800-SXM4-80GB",
+def gain_cells(eff_calibrated: Efficiency | None = None, *,
                megascale_budget=64, distserve_budget=8, n_requests=600) -> pd.DataFrame:
     """The validation cells that publish a gain rather than a throughput, raw (stated efficiencies) and
     calibrated side by side, the verdict on the calibrated figure:
 
     * MegaScale-Infer (arXiv 2504.02263): best decode tokens/s per GPU with attention/FFN
       disaggregation over plain expert-parallel decode (:func:`.production.decode_throughput`, modes
-      AFD and D) for Mixtral-8x22B on Ampere 80 GB GPUs (A800 boards), BF16, in the StepFun cells'
-      setting (4K context, 50 ms TPOT; the declared cell) and at 2K context / 100 ms (sensitivity);
-      verdict against 1.90 within :data:`.verdicts.VALIDATION_TOL`;
+      AFD and D) for each model of the setting declared in ``data/claims.yaml`` (``ch3_val_megascale``:
+      Mixtral-8x22B and DBRX on A800 boards, BF16, the paper's median lengths and 150 ms TBT SLO), also
+      at the declared ends of the TBT SLO (``tbt_low``, ``tbt_high``, calibrated); one row per model,
+      each against the published maximum over the two models;
     * DistServe (arXiv 2401.09670): goodput per GPU of PD over vLLM-style colocated serving, OPT-13B
       chatbot on A100 at its SLOs (:func:`.production.distserve_gain`); the published figure is a
       range over three models, judged by :func:`.verdicts.verdict_range`."""
-    from .. import data
+    from .. import claims, data
     from . import production as P
     from . import verdicts as VD
 
     effs = {"raw": Efficiency(), "simulated": eff_calibrated or Efficiency()}
     rows = []
-    ms_pub = data.published("megascale_infer_decode_gain")["value"]
-    for ctx, slo, declared in [(4096.0, 0.05, True), (2048.0, 0.1, False)]:
-        setting = f"{ctx / 1024:g}K context, TPOT {slo * 1e3:g} ms" + ("" if declared else " (sensitivity)")
-        row = {"cell": "MegaScale-Infer: AFD over EP decode", "model": "Mixtral-8x22B",
-               "device": megascale_device, "setting": setting,
-               "published": ms_pub, "published_text": f"up to {ms_pub:.2f}x"}
+    rule = claims.rule("ch3_val_megascale")
+    st = rule["setting"]  # declared in data/claims.yaml from the paper's section 7.1 before computing
+    ms_pub = data.published(rule["reference"]["published"])["value"]
+    ctx = float(st["input_tokens"]) + float(st["output_tokens"]) / 2  # mean decode context
+    tbt = {s_["name"]: s_ for s_ in rule["sensitivity"]}["TBT SLO (s)"]
+    for model in st["model"]:
+        row = {"cell": "MegaScale-Infer: AFD over EP decode", "model": model, "device": st["gpu"],
+               "setting": f"context {ctx:g} (input {st['input_tokens']} + output {st['output_tokens']} / 2), "
+                          f"TBT {float(st['tpot_slo_s']) * 1e3:g} ms",
+               "published": ms_pub, "published_text": f"up to {ms_pub:.2f}x (two models)"}
+
+        def gain(eff, slo):
+            r = {m: P.decode_throughput(model, st["gpu"], m, precision="bf16", budget=megascale_budget,
+                                        context=ctx, tpot_slo_s=slo, eff=eff) for m in ("D", "AFD")}
+            return r["AFD"]["tokens_per_s_per_device"] / r["D"]["tokens_per_s_per_device"], r
+
         for col, eff in effs.items():
-            r = {m: P.decode_throughput("Mixtral-8x22B", megascale_device, m, precision="bf16",
-                                        budget=megascale_budget, context=ctx, tpot_slo_s=slo, eff=eff)
-                 for m in ("D", "AFD")}
-            row[col] = r["AFD"]["tokens_per_s_per_device"] / r["D"]["tokens_per_s_per_device"]
+            row[col], r = gain(eff, float(st["tpot_slo_s"]))
             if col == "simulated":
                 row["detail"] = (f"AFD {r['AFD']['tokens_per_s_per_device']:,.0f} vs D "
                                  f"{r['D']['tokens_per_s_per_device']:,.0f} tok/s/GPU")
+        row["tbt_low"] = gain(effs["simulated"], float(tbt["low"]))[0]
+        row["tbt_high"] = gain(effs["simulated"], float(tbt["high"]))[0]
         row["error"] = row["simulated"] / ms_pub - 1
         row["verdict"] = VD.verdict_validation(row["simulated"], ms_pub)
         rows.append(row)
@@ -444,7 +485,7 @@ NO_CHUNK = "C, no chunked prefill"  # the colocated baseline as vLLM ran it by d
 
 
 def tail_rerank(model, gpu, *, k, load, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s, budget, precision,
-                af_over_scaleup, seed=0) -> pd.DataFrame:
+                af_over_scaleup, seed=0, eff: Efficiency = Efficiency()) -> pd.DataFrame:
     """Each mode's ``k`` best plans by the analytic screen on the Mooncake conversation trace (its
     length distribution and arrival times), replayed by the event simulation at ``load`` times each
     plan's capacity and judged at the 90th percentile of TTFT and TPOT (:func:`.des.rerank`); the
@@ -458,7 +499,7 @@ def tail_rerank(model, gpu, *, k, load, ttft_slo_s, ttft_slo_s_per_1k_input, tpo
     rows = []
     for mode, chunked in [(m, True) for m in S.MODES] + [("C", False)]:
         for r in des.rerank(mode, model, wl, slo, S.default_hardware(gpu), k=k, budget=budget, load=load,
-                            trace_s=t.arrival_s, seed=seed, prec=Precision.named(precision),
+                            trace_s=t.arrival_s, seed=seed, prec=Precision.named(precision), eff=eff,
                             grid=gpu_grid(af_over_scaleup), chunked=chunked):
             p = r.pop("plan")
             rows.append({"mode": mode if chunked else NO_CHUNK,
