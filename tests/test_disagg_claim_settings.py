@@ -58,3 +58,13 @@ def test_pd_gain_at_an_slo_end_agrees_with_the_full_sweep():
     want = study.claim_inputs(full, kw["gpus"], kw["output_tokens"], kw["precision"])["pd_gain"]
     got = study.pd_gain_sweep(**kw, jobs=1)
     assert np.isfinite(got) and got == pytest.approx(want, rel=1e-12)
+
+
+def test_unknown_device_name_fails_at_once_with_the_closest_names():
+    from analysis.specs import UnknownNameError
+
+    with pytest.raises(UnknownNameError, match="Did you mean 'H100-SXM5-80GB'"):
+        S.default_hardware("H100-SXM")
+    with pytest.raises(UnknownNameError, match="NPU-250T-64G"):
+        S.default_hardware(["H100-SXM5-80GB", "NPU-250T-64"])
+    assert S.default_hardware("H100-SXM5-80GB")["D"] == ["H100-SXM5-80GB"]

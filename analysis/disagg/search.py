@@ -372,8 +372,11 @@ MODE_UNITS = {"C": (("C", "C"),), "PD": (("P", "P"), ("D", "D")), "AF": (("AF", 
 
 
 def default_hardware(device: str | list) -> dict:
-    """Every role on the same candidate device list."""
+    """Every role on the same candidate device list (names of ``data/hardware.csv`` GPUs or NPU design
+    points; an unknown name fails here, with the closest names)."""
     lst = [device] if isinstance(device, str) else list(device)
+    for d in lst:
+        _devices.device(d)
     return {r: lst for r in ROLES}
 
 
