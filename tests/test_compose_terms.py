@@ -21,9 +21,11 @@ QEVICT = KVPolicy("qevict_recall", 0.5, hot_ratio=0.55, cold_ratio=0.6, recall_r
 BASE = Scenario(model="Llama-3.1-70B", gpu="H100-SXM5-80GB", input_tokens=16384, output_tokens=1000)
 
 
-def _plan(s):
+def _plan(s, r=None):
+    """Chapter 3's plan the pipeline used for result ``r`` (overlap searched unless it fell back)."""
     return pipeline.plan(s.mode, s.model, s.gpu, float(s.input_tokens), float(s.output_tokens), s.ttft_slo_s,
-                         s.tpot_slo_s, s.budget_devices, s.policy.hot_ratio, s.transfer_overhead)
+                         s.tpot_slo_s, s.budget_devices, s.policy.hot_ratio, s.transfer_overhead,
+                         True if r is None else r.plan_overlap)
 
 
 def _dep(s, tp, hbm_cache=True):
@@ -49,7 +51,7 @@ def test_pd_with_reuse_recall_and_cold_copies_term_by_term():
     s = BASE.replace(mode="PD", layout="dram", policy=QEVICT, hit_rate=0.6)
     r = pipeline.evaluate(s, REUSE)
     assert r.feasible, r.reason
-    p = _plan(s)
+    p = _plan(s, r)
     up, ud = ({u["unit"]: u for u in p.units}[k] for k in ("P", "D"))
     I, O = float(s.input_tokens), float(s.output_tokens)
     tp_p = int(up["size"])
@@ -88,7 +90,7 @@ def test_pd_with_reuse_recall_and_cold_copies_term_by_term():
 def test_colocated_prefill_share_scales_tpot_and_device_time():
     s = BASE.replace(mode="C", layout="dram", hit_rate=0.6)
     r = pipeline.evaluate(s, REUSE)
-    p = _plan(s)
+    p = _plan(s, r)
     u = p.units[0]
     I, O = float(s.input_tokens), float(s.output_tokens)
     tp = int(u["size"])
@@ -123,7 +125,7 @@ class _FlatRecall:
 def test_recall_model_hook_prices_recalls_and_writes():
     s = BASE.replace(mode="PD", layout="dram", policy=QEVICT)
     ref = pipeline.evaluate(s, REUSE)
-    ud = {u["unit"]: u for u in _plan(s).units}["D"]
+    ud = {u["unit"]: u for u in _plan(s, ref).units}["D"]
     r = pipeline.evaluate(s.replace(recall_model=_FlatRecall(0.002, 1e-4)), REUSE)
     assert r.recall_s_per_step == 0.002
     assert r.tpot_s == pytest.approx(ud["tpot"] + 0.002, rel=1e-12)
@@ -167,7 +169,7 @@ def test_split_units_prefill_share_and_tiers_per_instance_second(mode):
     and are paid per instance-second (device-seconds over the unit's attention + FFN devices)."""
     s = BASE.replace(mode=mode, layout="dram", hit_rate=0.6)
     r = pipeline.evaluate(s, REUSE)
-    p = _plan(s)
+    p = _plan(s, r)
     u = p.units[0]
     I, O = float(s.input_tokens), float(s.output_tokens)
     tp = int(u["n_a"])
