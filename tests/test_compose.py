@@ -21,8 +21,11 @@ BASE = Scenario(model="Llama-3.1-70B", gpu="H100-SXM5-80GB", input_tokens=16384,
 
 
 def _direct(mode, I, O, slo=(10.0, 0.1), gpu="H100-SXM5-80GB", model="Llama-3.1-70B"):
-    p = search.best_plan(
-        mode, model, search.Workload(I, O), search.SLO(*slo), search.default_hardware(gpu), budget=64
+    from analysis.disagg import study
+
+    p = search.best_plan(  # chapter 3's plan on its grid (overlap searched)
+        mode, model, search.Workload(I, O), search.SLO(*slo), search.default_hardware(gpu), budget=64,
+        grid=study.gpu_grid(),
     )
     g = tiers.gpu_usd_per_s(tiers.Deployment(gpu=gpu))
     return O / p.tokens_per_s_per_device * g / (I + O) * 1e6
@@ -313,3 +316,13 @@ def test_colocated_hbm_holds_no_prefix_cache_but_a_prefill_instance_does():
     p = pipeline.evaluate(BASE.replace(mode="PD", layout="hbm", hit_rate=0.6), REUSE)
     assert c.realized_hit_rate == 0 and c.prefill_ratio == 1.0
     assert p.realized_hit_rate > 0
+
+
+def test_plan_searched_with_overlap_falls_back_without_it_when_the_composition_fails():
+    s = BASE.replace(layout="dram", policy=QEVICT, hit_rate=0.6, mode="PD")
+    first = pipeline._evaluate(s, REUSE, True)  # chapter 3's best plan (overlap) holds a batch too big
+    assert not first.feasible and "cold copies" in first.reason
+    r = pipeline.evaluate(s, REUSE)
+    assert r.feasible and not r.plan_overlap and r == pipeline._evaluate(s, REUSE, False)
+    # with nothing that could fail after the plan, the overlap plan stands
+    assert pipeline.evaluate(BASE.replace(layout="dram", hit_rate=0.6, mode="PD"), REUSE).plan_overlap

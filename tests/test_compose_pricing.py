@@ -209,3 +209,67 @@ def test_parameters_choose_the_pricing():
         pricing.RandomReadRecall(unit_tokens=0)
     with pytest.raises(pipeline.ComposeError, match="model"):
         pricing.RandomReadRecall.from_deployment(DEP).recall_s(_nvme(), 1e6)
+
+
+def test_prefix_demotions_are_chapter_2s_crossings_without_the_end_of_the_trace():
+    """The closed form of :func:`pipeline.prefix_writes` (an access is written below depth ``E`` iff
+    its next use misses at ``E``) is chapter 2's exact crossing count, apart from the trace's end:
+    the last ``E`` distinct blocks never sink below ``E`` because nothing follows them."""
+    from analysis.tiering.endurance import crossings
+
+    tr = load_trace("mooncake_conversation")
+    hc = lru_hit_curve(tr)
+    for e in (1000, 20000, 50000):
+        misses = int((hc.distance > e).sum())
+        assert int(crossings(tr, hc, [e])[0].sum()) == misses - min(e, hc.n_distinct)
+
+
+def _prefix_case(drives):
+    d = DEP.replace(nvme_dwpd=0.01, nvme_drives=drives)  # low endurance: demotions wear above amortisation
+    s = BASE.replace(mode="PD", layout="nvme", hit_rate=0.6, tiers=d,
+                     recall_model=pricing.RandomReadRecall.from_deployment(d))
+    off = s.replace(recall_model=pricing.RandomReadRecall.from_deployment(d, charge_writes=False))
+    p = pipeline.plan(s.mode, s.model, s.gpu, 16384.0, 1000.0, s.ttft_slo_s, s.tpot_slo_s, s.budget_devices,
+                      1.0, 1.0)
+    up = {u["unit"]: u for u in p.units}["P"]
+    tl = tiers.build_tiers("nvme", pipeline.tier_deployment(s, int(up["size"])))
+    ratio0, _ = pipeline.prefill_ratio(s, tl, int(up["size"]), REUSE)
+    return s, off, tl, up["dev_per_rate"] / up["devices"] * ratio0
+
+
+def test_pipeline_charges_prefix_demotion_writes_wear_and_drive_time():
+    s, off, tl, inst_s = _prefix_case(16)
+    r, r0 = pipeline.evaluate(s, REUSE), pipeline.evaluate(off, REUSE)
+    edges = np.cumsum([t.capacity_tokens for t in tl])
+    above = np.concatenate([[0.0], edges[:-1]])
+    wear = 0.0
+    for t, e in zip(tl, above):
+        f = REUSE.at(np.array([e]), 16384.0)[0] if e > 0 else 0.0
+        b = 16384.0 * (1 - 0.6 * f) * t.bytes_per_token  # every token enters the top tier
+        assert t.interference * b / inst_s / t.write_bw < pipeline.WRITE_SHARE_CAP  # all admitted here
+        wear += max(0.0, b * t.usd_per_byte_written - t.capex_usd_per_s * inst_s)
+    per_m = 1e6 / (16384.0 + 1000.0)
+    assert wear > 0 and r.prefix_write_usd_per_mtok == pytest.approx(wear * per_m, rel=1e-9)
+    assert r0.prefix_write_usd_per_mtok == 0.0
+    parts = (r.gpu_usd_per_mtok + r.tier_usd_per_mtok + r.cold_usd_per_mtok + r.cold_write_usd_per_mtok
+             + r.prefix_write_usd_per_mtok)
+    assert r.usd_per_mtok == pytest.approx(parts, rel=1e-12)
+    # the writes take drive time from the loads: the prefill with hits is slower than without writes
+    assert r.prefill_ratio > r0.prefill_ratio and r.usd_per_mtok > r0.usd_per_mtok
+    # a DRAM-only layout neither wears nor slows
+    dr = pipeline.evaluate(s.replace(layout="dram"), REUSE)
+    dr0 = pipeline.evaluate(off.replace(layout="dram"), REUSE)
+    assert dr.prefix_write_usd_per_mtok == 0.0 and dr.prefill_ratio == dr0.prefill_ratio
+
+
+def test_prefix_demotions_beyond_the_drive_share_are_not_admitted():
+    s, _, tl, inst_s = _prefix_case(2)
+    written, keep, admit, _ = pipeline.prefix_writes(s, tl, REUSE, inst_s)
+    nv = tl[-1]
+    assert admit[-1] < 1 and admit[:-1] == [1.0] * (len(tl) - 1)
+    # the admitted demotions take exactly the declared share of the drive; reads keep the rest
+    assert nv.interference * written[-1] / inst_s / nv.write_bw == pytest.approx(pipeline.WRITE_SHARE_CAP)
+    assert keep[-1] == pytest.approx(1 - pipeline.WRITE_SHARE_CAP)
+    e = tl[0].capacity_tokens + tl[1].capacity_tokens
+    demand = 16384.0 * (1 - 0.6 * REUSE.at(np.array([e]), 16384.0)[0]) * nv.bytes_per_token
+    assert written[-1] == pytest.approx(demand * admit[-1], rel=1e-12)

@@ -21,9 +21,11 @@ QEVICT = KVPolicy("qevict_recall", 0.5, hot_ratio=0.55, cold_ratio=0.6, recall_r
 BASE = Scenario(model="Llama-3.1-70B", gpu="H100-SXM5-80GB", input_tokens=16384, output_tokens=1000)
 
 
-def _plan(s):
+def _plan(s, r=None):
+    """Chapter 3's plan the pipeline used for result ``r`` (overlap searched unless it fell back)."""
     return pipeline.plan(s.mode, s.model, s.gpu, float(s.input_tokens), float(s.output_tokens), s.ttft_slo_s,
-                         s.tpot_slo_s, s.budget_devices, s.policy.hot_ratio, s.transfer_overhead)
+                         s.tpot_slo_s, s.budget_devices, s.policy.hot_ratio, s.transfer_overhead,
+                         True if r is None else r.plan_overlap)
 
 
 def _dep(s, tp, hbm_cache=True):
@@ -49,7 +51,7 @@ def test_pd_with_reuse_recall_and_cold_copies_term_by_term():
     s = BASE.replace(mode="PD", layout="dram", policy=QEVICT, hit_rate=0.6)
     r = pipeline.evaluate(s, REUSE)
     assert r.feasible, r.reason
-    p = _plan(s)
+    p = _plan(s, r)
     up, ud = ({u["unit"]: u for u in p.units}[k] for k in ("P", "D"))
     I, O = float(s.input_tokens), float(s.output_tokens)
     tp_p = int(up["size"])
@@ -88,7 +90,7 @@ def test_pd_with_reuse_recall_and_cold_copies_term_by_term():
 def test_colocated_prefill_share_scales_tpot_and_device_time():
     s = BASE.replace(mode="C", layout="dram", hit_rate=0.6)
     r = pipeline.evaluate(s, REUSE)
-    p = _plan(s)
+    p = _plan(s, r)
     u = p.units[0]
     I, O = float(s.input_tokens), float(s.output_tokens)
     tp = int(u["size"])
@@ -123,7 +125,7 @@ class _FlatRecall:
 def test_recall_model_hook_prices_recalls_and_writes():
     s = BASE.replace(mode="PD", layout="dram", policy=QEVICT)
     ref = pipeline.evaluate(s, REUSE)
-    ud = {u["unit"]: u for u in _plan(s).units}["D"]
+    ud = {u["unit"]: u for u in _plan(s, ref).units}["D"]
     r = pipeline.evaluate(s.replace(recall_model=_FlatRecall(0.002, 1e-4)), REUSE)
     assert r.recall_s_per_step == 0.002
     assert r.tpot_s == pytest.approx(ud["tpot"] + 0.002, rel=1e-12)
@@ -167,7 +169,7 @@ def test_split_units_prefill_share_and_tiers_per_instance_second(mode):
     and are paid per instance-second (device-seconds over the unit's attention + FFN devices)."""
     s = BASE.replace(mode=mode, layout="dram", hit_rate=0.6)
     r = pipeline.evaluate(s, REUSE)
-    p = _plan(s)
+    p = _plan(s, r)
     u = p.units[0]
     I, O = float(s.input_tokens), float(s.output_tokens)
     tp = int(u["n_a"])
@@ -214,13 +216,73 @@ def test_published_table_ratios_come_from_the_transcribed_rows():
     # the largest published budget at or below the policy's
     assert fidelity.published_fidelity("snapkv", 0.25)["budget"] == 0.16
     assert fidelity.published_fidelity("snapkv", 0.5)["budget"] == 0.32
-    assert fidelity.published_fidelity("snapkv", 0.05) is None
+    assert fidelity.published_fidelity("snapkv", 0.005) is None
     assert fidelity.published_fidelity("qevict_recall", 0.5) is None
+
+
+def test_published_source_nearest_to_the_served_model_in_scale():
+    assert fidelity.model_scale("Llama-3-70B-Instruct") == 70 and fidelity.model_scale("Falcon-7B") == 7
+    with pytest.raises(ValueError, match="size"):
+        fidelity.model_scale("Llama-Large")
+    assert fidelity.served_scale("Llama-3.1-70B") == pytest.approx(70.6, rel=0.02)
+    # at 70B only the 70B rows count: in each benchmark the largest published budget at or below 0.5
+    lb = _pub("kvfid:longbench16:Llama-3-70B-Instruct:snapkv:0.2758") / \
+        _pub("kvfid:longbench16:Llama-3-70B-Instruct:full:1")
+    nh = _pub("kvfid:niah8k:Llama-3-70B-Instruct:snapkv:0.0156") / \
+        _pub("kvfid:niah8k:Llama-3-70B-Instruct:full:1")
+    got = fidelity.published_fidelity("snapkv", 0.5, scale=70.6)
+    assert got["models"] == "Llama-3-70B-Instruct" and got["n"] == 2
+    assert got["ratio_mean"] == pytest.approx((lb + nh) / 2)
+    assert got["ratio_min"] == pytest.approx(min(lb, nh))
+    # at 7B the Mistral rows (SnapKV's own table) are nearest
+    got7 = fidelity.published_fidelity("snapkv", 0.5, scale=7.2)
+    assert got7["models"] == "Mistral-7B-Instruct-v0.2" and got7["budget"] == 0.32
+    # KIVI has no 70B rows: the nearest published scale is 13B
+    assert fidelity.published_fidelity("kivi2", 0.5, scale=70.6)["models"] == "Llama-2-13B, Llama-2-13B-Chat"
+    with pytest.raises(ValueError, match="scale"):
+        fidelity.published_fidelity("snapkv", 0.5, scale=0.0)
+    pol = fidelity.with_source([KVPolicy("snapkv", 0.5, top1=0.5)], "published", model="Llama-3.1-70B")[0]
+    assert pol.score_ratio == pytest.approx((lb + nh) / 2) and "Llama-3-70B" in pol.evidence
+
+
+def _run(name, model, ctx, pols):
+    return {"name": name, "model": model, "context_tokens": ctx, "stale": [], "policies": pols}
+
+
+def test_long_context_fidelity_takes_each_architectures_longest_run_and_the_worst_of_them():
+    short = [KVPolicy.full(), KVPolicy("snapkv", 0.25, hot_ratio=0.3, cold_ratio=0.0, top1=0.99, kl=0.01),
+             KVPolicy("kivi4", 0.25, hot_ratio=0.25, top1=0.98), QEVICT]
+    runs = [_run("a_short", "m1", 2000, [KVPolicy("snapkv", 0.2, top1=0.5, kl=2.0, ppl_change=1.0)]),
+            _run("a_long", "m1", 8000, [KVPolicy("snapkv", 0.2, top1=0.9, kl=0.1, ppl_change=0.02),
+                                        KVPolicy("snapkv", 0.35, top1=0.99, kl=0.0, ppl_change=0.0)]),
+            _run("b_long", "m2", 16000, [KVPolicy("snapkv", 0.1, top1=0.95, kl=0.3, ppl_change=0.01),
+                                         KVPolicy("snapkv", 0.2, top1=0.8, kl=0.05, ppl_change=0.03)])]
+    out = fidelity.with_long_context(short, runs)
+    s = out[1]
+    # m1: its longest run (a_long, not a_short) at budget 0.2 (largest <= 0.25); m2: b_long at 0.2;
+    # then the worst of the two, value by value
+    assert (s.top1, s.kl, s.ppl_change) == (0.8, 0.1, 0.03)
+    assert (s.hot_ratio, s.budget) == (0.3, 0.25)  # bytes stay the policy's own
+    assert "a_long" in s.evidence and "b_long" in s.evidence and "a_short" not in s.evidence
+    assert out[2] == short[2] and out[0] == short[0] and out[3] == QEVICT  # not covered: unchanged
+    assert fidelity.with_long_context(short, []) == short
+
+
+def test_long_context_runs_read_the_committed_artifacts():
+    from analysis.artifacts import list_artifacts, read_artifact
+
+    names = [n for n in list_artifacts() if n.startswith("qevict_long_")]
+    runs = fidelity.long_context_runs()
+    assert [r["name"] for r in runs] == names
+    for r in runs:
+        s = read_artifact(r["name"]).tables["summary"]
+        assert r["context_tokens"] == pytest.approx(s["context_tokens"].mean())
+        assert r["policies"] == fidelity.from_summary(s)
 
 
 def test_snapkv_rows_are_the_mean_of_their_transcribed_tasks():
     df = data.table("published.csv")
-    rows = df[df["key"].str.startswith("kvfid:longbench16:")]
+    rows = df[df["key"].str.startswith("kvfid:longbench16:Mistral")]
     assert len(rows) == 4
     for _, r in rows.iterrows():
         scores = [float(x) for x in r["notes"].split(": ", 1)[1].split(";")[0].split()]

@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 SOURCES = ("chapter 4", "published", "exact", "none")
@@ -55,6 +57,7 @@ class KVPolicy:
     source: str = "chapter 4"          # where kl / top1 / ppl_change or score_ratio come from
     score_ratio: float = math.nan      # published benchmark score / full cache's (mean over models)
     score_ratio_min: float = math.nan  # the lowest model's ratio (the published spread)
+    evidence: str = ""                 # which benchmark / model / run / budget the fidelity comes from
 
     def __post_init__(self):
         for f in ("budget", "hot_ratio"):
@@ -199,40 +202,77 @@ def published_table(df: pd.DataFrame | None = None) -> pd.DataFrame:
     return out
 
 
-def published_fidelity(name: str, budget: float, table: pd.DataFrame | None = None) -> dict | None:
-    """The published fidelity of policy ``name`` at on-device ``budget``: the rows of the largest
-    published budget at or below ``budget`` (a policy given more memory is assumed never to score
-    lower), their mean and lowest score ratio over (benchmark, model); ``None`` when not covered."""
+def model_scale(model: str) -> float:
+    """Parameters (billions) of a published model, read from its name (``Llama-3-70B-Instruct`` -> 70);
+    a name without ``<N>B`` is an error (a ``kvfid:`` row must name its model's size)."""
+    m = re.search(r"(\d+(?:\.\d+)?)B(?![a-z])", str(model))
+    if not m:
+        raise ValueError(f"published fidelity model {model!r}: its name must carry its size "
+                         "(e.g. 'Llama-3-70B')")
+    return float(m.group(1))
+
+
+def served_scale(model) -> float:
+    """Parameters (billions) of a served model of chapter 1 (``data/models.csv``, published total)."""
+    from .. import specs
+
+    return float(specs.model(model).params_total_published) / 1e9
+
+
+def published_fidelity(name: str, budget: float, table: pd.DataFrame | None = None,
+                       scale: float | None = None) -> dict | None:
+    """The published fidelity of policy ``name`` at on-device ``budget``; ``None`` when not covered.
+
+    Rows: the policy's, at a published budget at or below ``budget`` (a policy given more memory is
+    assumed never to score lower). With ``scale`` (the served model's parameters, billions), only the
+    published model(s) nearest to it in scale (by |log ratio|) count; without it, every model.
+    In each (benchmark, model) the rows of the largest such budget are kept; the result is their mean
+    and lowest score ratio over (benchmark, model)."""
     t = published_table() if table is None else table
     rows = t[(t["policy"] == name) & (t["budget"] <= budget + 1e-9)]
     if rows.empty:
         return None
-    b = rows["budget"].max()
-    rows = rows[rows["budget"] == b]
-    return {"budget": float(b), "ratio_mean": float(rows["ratio"].mean()),
+    if scale is not None:
+        if not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"served model scale must be > 0 billion parameters, got {scale!r}")
+        dist = rows["model"].map(lambda m: abs(math.log(model_scale(m) / scale)))
+        rows = rows[dist <= dist.min() + 1e-9]
+    best = rows.groupby(["benchmark", "model"])["budget"].transform("max")
+    rows = rows[rows["budget"] >= best - 1e-12]
+    return {"budget": float(rows["budget"].max()), "ratio_mean": float(rows["ratio"].mean()),
             "ratio_min": float(rows["ratio"].min()),
             "n": len(rows), "models": ", ".join(sorted(set(rows["model"]))),
-            "benchmarks": ", ".join(sorted(set(rows["benchmark"])))}
+            "benchmarks": ", ".join(sorted(set(rows["benchmark"]))),
+            "scale": float(np.mean([model_scale(m) for m in rows["model"]]))}
 
 
-def with_source(policies, source: str = "published", table: pd.DataFrame | None = None) -> list[KVPolicy]:
+def _evidence(pub: dict) -> str:
+    return f"{pub['benchmarks']} on {pub['models']} at budget <= {pub['budget']:.3g}"
+
+
+def with_source(policies, source: str = "published", table: pd.DataFrame | None = None,
+                model=None) -> list[KVPolicy]:
     """The policies with the fidelity the served model gets: ``'published'`` where the published rows
-    cover a policy (else chapter 4's, unchanged); ``'chapter 4'`` returns them unchanged."""
+    cover a policy (else chapter 4's, unchanged); ``'chapter 4'`` returns them unchanged. With the
+    served ``model`` (chapter 1's name), the published source nearest to it in scale
+    (:func:`published_fidelity`)."""
     if source not in ("published", "chapter 4"):
         raise ValueError(f"fidelity source must be 'published' or 'chapter 4', got {source!r}")
     if source == "chapter 4":
         return list(policies)
     t = published_table() if table is None else table
+    scale = None if model is None else served_scale(model)
     out = []
     for p in policies:
-        pub = None if p.name == "full" else published_fidelity(p.name, p.budget, t)
+        pub = None if p.name == "full" else published_fidelity(p.name, p.budget, t, scale)
         out.append(p if pub is None else dataclasses.replace(
-            p, source="published", score_ratio=pub["ratio_mean"], score_ratio_min=pub["ratio_min"]))
+            p, source="published", score_ratio=pub["ratio_mean"], score_ratio_min=pub["ratio_min"],
+            evidence=_evidence(pub)))
     return out
 
 
 def in_drive_policy(bits: int, policies, source: str = "published",
-                    table: pd.DataFrame | None = None) -> KVPolicy:
+                    table: pd.DataFrame | None = None, model=None) -> KVPolicy:
     """The AI SSD's in-drive quantization at ``bits`` as a KV policy (what the model attends to after a
     prefix comes back from the drive): exact at 16 bits; else KIVI-``bits`` with no full-precision
     residual, from the published rows (budget ``bits / 16``) when ``source`` is ``'published'`` and
@@ -245,12 +285,68 @@ def in_drive_policy(bits: int, policies, source: str = "published",
     kivi = f"kivi{bits}"
     if source == "published":
         t = published_table() if table is None else table
-        pub = published_fidelity(kivi, bits / 16.0, t)
+        pub = published_fidelity(kivi, bits / 16.0, t, None if model is None else served_scale(model))
         if pub is not None:
             return KVPolicy(name, bits / 16.0, hot_ratio=1.0, source="published",
-                            score_ratio=pub["ratio_mean"], score_ratio_min=pub["ratio_min"])
+                            score_ratio=pub["ratio_mean"], score_ratio_min=pub["ratio_min"],
+                            evidence=_evidence(pub))
     measured = [p for p in policies if p.name == kivi and p.source == "chapter 4"]
     if measured:
         p = min(measured, key=lambda q: q.budget)
-        return KVPolicy(name, p.budget, kl=p.kl, top1=p.top1, ppl_change=p.ppl_change, source="chapter 4")
+        return KVPolicy(name, p.budget, kl=p.kl, top1=p.top1, ppl_change=p.ppl_change, source="chapter 4",
+                        evidence=p.evidence)
     return KVPolicy(name, bits / 16.0, source="none")
+
+
+# ------------------------------------------------------------ chapter 4 at long context (artifacts)
+
+def long_context_runs(names=None) -> list[dict]:
+    """Chapter 4's committed long-context runs (``results/qevict_long_*``, read through
+    :mod:`analysis.artifacts`; whichever exist, never assumed): one dict per run with its name, model,
+    mean context (tokens), stale reasons and its policies (:func:`from_summary`)."""
+    from ..artifacts import list_artifacts, read_artifact
+
+    have = [n for n in list_artifacts() if n.startswith("qevict_long_")]
+    if names is not None:
+        have = [n for n in have if n in set(names)]
+    runs = []
+    for n in have:
+        a = read_artifact(n)
+        s = a.tables.get("summary")
+        if s is None or s.empty:
+            continue
+        runs.append({"name": n, "model": str(s["model"].iloc[0]),
+                     "context_tokens": float(s["context_tokens"].mean()), "stale": list(a.stale_reasons),
+                     "policies": from_summary(s)})
+    return runs
+
+
+def with_long_context(policies, runs) -> list[KVPolicy]:
+    """Chapter 4's fidelity at the longest context it has: for each chapter-4 policy, each model's
+    (architecture's) longest run among ``runs`` (:func:`long_context_runs`) that measured the policy at a
+    budget at or below the policy's (the largest such budget); over the models, the worst value of each
+    fidelity (lowest top-1, largest KL and perplexity change). The bytes (on-device, cold, recalls) stay
+    the policy's own: only fidelity moves. Policies no run covers keep their short-run fidelity."""
+    out = []
+    for p in policies:
+        if p.name == "full" or p.source != "chapter 4":
+            out.append(p)
+            continue
+        best = {}  # model -> (context, run, matching policy)
+        for r in runs:
+            cand = [q for q in r["policies"] if q.name == p.name and q.budget <= p.budget + 1e-9]
+            if not cand:
+                continue
+            q = max(cand, key=lambda x: x.budget)
+            if r["model"] not in best or r["context_tokens"] > best[r["model"]][0]:
+                best[r["model"]] = (r["context_tokens"], r, q)
+        if not best:
+            out.append(p)
+            continue
+        got = list(best.values())
+        ev = "; ".join(f"chapter 4, {r['name']} ({c:,.0f} tokens, budget {q.budget:g})"
+                       + (" [stale]" if r["stale"] else "") for c, r, q in got)
+        out.append(dataclasses.replace(
+            p, kl=max(q.kl for _, _, q in got), top1=min(q.top1 for _, _, q in got),
+            ppl_change=max(q.ppl_change for _, _, q in got), evidence=ev))
+    return out

@@ -49,19 +49,21 @@ def _annotate_frontiers(ax, lay, n_rows, n_cols):
                             bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="black", lw=0.6, alpha=0.9))
 
 
-def decision_map(cells, layouts, *, factors=None, fmt_cost="${:.3f}", panel_width=4.3, fontsize=6.5):
-    """One panel per SSD price factor (``factors``: a subset; default all): context (rows) x hit rate
-    (columns), coloured by the cheapest layout, with the policy, mode and cost written in each cell
-    and thick lines on the frontiers where the cheapest layout changes. Cells whose answer flips
-    within the declared sensitivity ranges (a ``flips`` column,
-    :func:`~analysis.compose.decide.map_uncertainty`) are hatched."""
+def decision_map(cells, layouts, *, factors=None, fmt_cost="${:.3f}", panel_width=5.4, fontsize=8):
+    """One panel per SSD price factor (``factors``: a subset; default all), stacked in one column so
+    that the cell labels stay legible at the page width: context (rows) x hit rate (columns),
+    coloured by the cheapest layout, with the policy, mode and cost written in each cell and thick
+    lines on the frontiers where the cheapest layout changes. Cells whose answer flips within the
+    declared sensitivity ranges (a ``flips`` column, :func:`~analysis.compose.decide.map_uncertainty`)
+    are hatched."""
     colors = layout_colors(layouts)
     factors = sorted(cells["ssd_price_factor"].unique()) if factors is None else list(factors)
     hits = sorted(cells["hit_rate"].unique())
     ctxs = sorted(cells["context"].unique())
-    size = (panel_width * len(factors) + 1.5, 0.62 * len(ctxs) + 2.2)
-    fig, axes = plt.subplots(1, len(factors), figsize=size, squeeze=False, sharey=True)
-    for ax, f in zip(axes[0], factors):
+    panel_h = 0.62 * len(ctxs) + 1.0
+    size = (panel_width + 1.5, panel_h * len(factors) + 1.2)
+    fig, axes = plt.subplots(len(factors), 1, figsize=size, squeeze=False, sharex=True)
+    for ax, f in zip(axes[:, 0], factors):
         sub = cells[np.isclose(cells["ssd_price_factor"], f)].set_index(["context", "hit_rate"])
         grid = np.full((len(ctxs), len(hits), 3), 0.92)
         lay = np.empty((len(ctxs), len(hits)), dtype=object)
@@ -89,10 +91,10 @@ def decision_map(cells, layouts, *, factors=None, fmt_cost="${:.3f}", panel_widt
         _annotate_frontiers(ax, lay, len(ctxs), len(hits))
         ax.set_xticks(range(len(hits)), [f"{h:.0%}" for h in hits])
         ax.set_yticks(range(len(ctxs)), [f"{c / 1024:g}K" for c in ctxs])
-        ax.set_xlabel("reuse: hit rate with an unbounded cache")
+        ax.set_ylabel("prompt length (tokens)")
         ax.set_title(f"SSD prices × {f:g}", fontsize=10)
         ax.grid(False)
-    axes[0][0].set_ylabel("prompt length (tokens)")
+    axes[-1][0].set_xlabel("reuse: hit rate with an unbounded cache")
     shown = cells[np.isin(cells["ssd_price_factor"], factors)]
     used = [l for l in layouts if (shown["layout"] == l).any()]
     handles = [Patch(color=colors[l], alpha=0.75, label=LAYOUT_LABELS[l]) for l in used]
@@ -101,7 +103,8 @@ def decision_map(cells, layouts, *, factors=None, fmt_cost="${:.3f}", panel_widt
                              label="answer flips within the declared ranges"))
     fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 3), bbox_to_anchor=(0.5, 1.02),
                title="cheapest tier layout", fontsize=8)
-    fig.tight_layout(rect=(0, 0, 1, 0.87 if len(handles) > 3 else 0.9))
+    top = 1 - (1.0 if len(handles) > 3 else 0.75) / size[1]  # inches for the legend above the panels
+    fig.tight_layout(rect=(0, 0, 1, top))
     return fig
 
 

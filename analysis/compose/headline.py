@@ -22,7 +22,7 @@ def default_map(price_factor: float = 1.0):
     base = compose_params.base_scenario(P)
     reuse = compose_params.reuse(P)
     measured = compose_params.kv_policies(P, source="chapter 4")
-    policies = fidelity.with_source(measured, P["fidelity_source"])
+    policies = fidelity.with_source(measured, P["fidelity_source"], model=P["model"])
     floor = compose_params.fidelity_floor(P, policies)
     opts = decide.options(P["layouts"], policies, P["modes"])
     cells, _ = decide.decision_map(base, P["contexts"], P["hit_rates"], [price_factor], opts, reuse, floor)

@@ -52,6 +52,9 @@ PARAMS = {
                              "fidelity of a policy for the served model: published long-context results "
                              "where they cover it (else chapter 4's), or chapter 4's only",
                              choices=["published", "chapter 4"]),
+    "fidelity_long_context": Param(True, "bool",
+                                   "chapter 4's fidelity from its committed long-context runs (results/) "
+                                   "where they cover a policy, else from the short fidelity run"),
     "fidelity_min_score_ratio": Param(0.95, "float",
                                       "fidelity floor for published results: benchmark score / full cache's",
                                       min=0.0, max=10.0),
@@ -148,15 +151,19 @@ def reuse(p: dict):
 
 
 def kv_policies(p: dict, verbose: bool = False, source: str | None = None):
-    """The full cache and every (policy, budget) of the parameters, measured by chapter 4, with the
-    fidelity of ``source`` (default: the ``fidelity_source`` parameter; see
+    """The full cache and every (policy, budget) of the parameters, measured by chapter 4 (bytes from the
+    short fidelity run; fidelity from chapter 4's committed long-context runs where they cover a policy
+    and ``fidelity_long_context`` is on), with the fidelity of ``source`` (default: the
+    ``fidelity_source`` parameter) for the served model (see
     :func:`analysis.compose.fidelity.with_source`)."""
-    from .fidelity import measure, with_source
+    from .fidelity import long_context_runs, measure, with_long_context, with_source
 
     measured = measure(p["kv_policies"], p["kv_budgets"], documents=p["fidelity_documents"],
                        prefill_tokens=p["fidelity_prefill_tokens"], decode_tokens=p["fidelity_decode_tokens"],
                        verbose=verbose)
-    return with_source(measured, source or p["fidelity_source"])
+    if p.get("fidelity_long_context", True):
+        measured = with_long_context(measured, long_context_runs())
+    return with_source(measured, source or p["fidelity_source"], model=p["model"])
 
 
 def fidelity_floor(p: dict, policies, source: str | None = None):
@@ -170,4 +177,5 @@ def fidelity_floor(p: dict, policies, source: str | None = None):
     bits = set(p["ai_ssd_bits_grid"]) | {int(tparams.PARAMS["ai_ssd_bits"].default)}
     return FidelityFloor(p["fidelity_floor_top1"], p["fidelity_max_ppl_change"],
                          p["fidelity_min_score_ratio"],
-                         in_drive={b: in_drive_policy(b, policies, src) for b in sorted(bits)})
+                         in_drive={b: in_drive_policy(b, policies, src, model=p["model"])
+                                   for b in sorted(bits)})

@@ -234,6 +234,8 @@ class Result:
     cold_write_usd_per_mtok: float = 0.0
     output_tokens_per_s_per_device: float = math.nan
     plan_tokens_per_s_per_device: float = math.nan
+    prefix_write_usd_per_mtok: float = 0.0  # wear of the prefix cache's demotions above the tiers' capex
+    plan_overlap: bool = True               # chapter 3's plan with overlap searched (False: the fallback)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -263,11 +265,17 @@ def precision(hot_ratio: float) -> Precision:
 
 @functools.lru_cache(maxsize=4096)
 def plan(mode: str, model, gpu: str, input_tokens: float, output_tokens: float, ttft_slo_s: float,
-         tpot_slo_s: float, budget: int, kv_hot_ratio: float, transfer_overhead: float) -> search.Plan:
-    """Chapter 3's best plan (memoised in the process)."""
+         tpot_slo_s: float, budget: int, kv_hot_ratio: float, transfer_overhead: float,
+         overlap: bool = True) -> search.Plan:
+    """Chapter 3's best plan (memoised in the process), searched over chapter 3's grid on GPUs
+    (:func:`analysis.disagg.study.gpu_grid`: two-micro-batch overlap of communication and compute in
+    C, P and D instances included, as chapter 3 searches it); ``overlap=False``: the grid without it."""
+    from ..disagg import study
+
     return search.best_plan(mode, model, search.Workload(input_tokens, output_tokens),
                             search.SLO(ttft_slo_s, tpot_slo_s), hardware(gpu, transfer_overhead),
-                            budget=int(budget), prec=precision(kv_hot_ratio))
+                            budget=int(budget), prec=precision(kv_hot_ratio),
+                            grid=study.gpu_grid() if overlap else search.Grid())
 
 
 def _instance_gpus(unit: dict) -> int:
@@ -321,6 +329,51 @@ def _prefill_ratio(model, gpu, I, hit_rate, sig, tp, compute_eff, reuse):
     return svc / c0, H / I
 
 
+# declared: prefix demotions may take at most this share of a drive's time; the rest are not admitted
+WRITE_SHARE_CAP = 0.5
+
+
+def prefix_writes(s: Scenario, tiers, reuse: ReuseCurve, inst_s: float) -> tuple[list, list, list, float]:
+    """The prefix cache's demotions (chapter 2's write path in closed form): (host bytes written into
+    each tier per request, the fraction of its read bandwidth each tier keeps under those writes, the
+    fraction of the demotions each tier admits, wear USD per request above the tiers' capex share).
+
+    The tiers are one LRU stack cut at cumulative capacities ``E_0 < E_1 < ...``; an access's block is
+    written into tier ``j`` iff it sinks below ``E_{j-1}`` before its next use (chapter 2's crossing
+    rule, :func:`analysis.tiering.endurance.crossings`), i.e. iff its next reuse is not a hit within
+    ``E_{j-1}``. In steady state that is the miss fraction at ``E_{j-1}``: ``I (1 - h f(E_{j-1}))``
+    tokens per request (``f``: the reuse curve, ``h``: the hit rate; ``E_{-1} = 0``: every token
+    enters the top tier). A tier absorbs them at ``bytes / instance-second``; a drive whose writes
+    would take more than ``WRITE_SHARE_CAP`` of its time under the mixed-load rule (``k w / W``) admits
+    only that share (bandwidth-limited admission; what it does not admit never reaches the tiers below,
+    and its useful capacity shrinks in proportion); reads keep
+    :func:`analysis.tiering.endurance.read_factor` of their bandwidth. Wear is
+    ``bytes x usd_per_byte_written``, charged by chapter 2's replacement rule (only the wear above the
+    tier's capex share of the request)."""
+    from ..tiering.endurance import read_factor
+
+    I = float(s.input_tokens)
+    edges = np.cumsum([t.capacity_tokens for t in tiers])
+    above = np.concatenate([[0.0], edges[:-1]])
+    written, keep, admit, wear, passed = [], [], [], 0.0, 1.0
+    for t, e in zip(tiers, above):
+        f = float(reuse.at(np.array([e]), I)[0]) if e > 0 else 0.0
+        b = I * (1.0 - s.hit_rate * f) * t.bytes_per_token * passed
+        a = 1.0
+        if math.isfinite(t.write_bw) and inst_s > 0 and b > 0:
+            share = t.interference * b / inst_s / t.write_bw
+            a = min(1.0, WRITE_SHARE_CAP / share)
+            b *= a
+            keep.append(float(read_factor(b / inst_s, t.write_bw, t.interference)))
+        else:
+            keep.append(1.0)
+        passed *= a
+        written.append(b)
+        admit.append(passed)
+        wear += max(0.0, s.recall_model.write_usd(t, b) - t.capex_usd_per_s * inst_s)
+    return written, keep, admit, wear
+
+
 def prefill_decode_units(mode: str, p: search.Plan) -> tuple[dict, dict, dict]:
     """(all units by name, the unit that runs the prefill, the unit that decodes) of a chapter-3 plan,
     copied so that the composition may adjust them; the same dict twice when one unit runs both phases
@@ -342,14 +395,27 @@ def prefill_decode_units(mode: str, p: search.Plan) -> tuple[dict, dict, dict]:
 
 
 def evaluate(s: Scenario, reuse: ReuseCurve | None = None) -> Result:
-    """Cost per million tokens (input + output), latencies and SLO check of one scenario."""
+    """Cost per million tokens (input + output), latencies and SLO check of one scenario, on chapter 3's
+    best plan (overlap searched). The plan is chosen before the composition adds recalls and cold
+    copies, so a plan at the edge of the TPOT SLO or of the memory can fail once they are added; then
+    the best plan without two-micro-batch overlap (smaller batches) is tried too (a partial
+    re-optimisation, stated in the chapter) and the feasible one is returned."""
+    r = _evaluate(s, reuse, True)
+    if r.feasible or r.reason.startswith("chapter 3:") or not s.policy.needs_cold_tier:
+        return r
+    r2 = _evaluate(s, reuse, False)
+    return r2 if r2.feasible else r
+
+
+def _evaluate(s: Scenario, reuse: ReuseCurve | None, overlap: bool) -> Result:
     s.validate()
     pol = s.policy
     if pol.needs_cold_tier and s.layout == "hbm":
         return Result(False, f"{pol.label} keeps exact copies off the device: it needs a layout with an "
                              "off-HBM tier")
     p = plan(s.mode, s.model, s.gpu, float(s.input_tokens), float(s.output_tokens), float(s.ttft_slo_s),
-             float(s.tpot_slo_s), int(s.budget_devices), float(pol.hot_ratio), float(s.transfer_overhead))
+             float(s.tpot_slo_s), int(s.budget_devices), float(pol.hot_ratio), float(s.transfer_overhead),
+             overlap)
     if not p.feasible:
         return Result(False, f"chapter 3: {p.reason}")
     I, O = float(s.input_tokens), float(s.output_tokens)
@@ -364,6 +430,18 @@ def evaluate(s: Scenario, reuse: ReuseCurve | None = None) -> Result:
     if s.hit_rate > 0 and reuse is None:
         reuse = reuse_curve_from_trace()
     r, h_real = prefill_ratio(s, tiers, tp_p, reuse) if s.hit_rate > 0 else (1.0, 0.0)
+    prefix_write_usd_per_req = 0.0
+    if s.hit_rate > 0 and getattr(s.recall_model, "charge_writes", False):
+        # the prefix cache's demotions: wear, and drive time taken from the loads (one pass: the
+        # instance-seconds before the writes slow the loads, so the write rate is an upper bound)
+        share = up["prefill_share"] if both else 1.0
+        inst_s = _instance_s(up) * (1 - share + share * r)
+        written, keep, admit, prefix_write_usd_per_req = prefix_writes(s, tiers, reuse, inst_s)
+        if any(k < 1 for k in keep) or any(x < 1 for x in admit):
+            sig = tuple((t.capacity_tokens * x, t.bandwidth * k, t.bytes_per_token, t.latency_s)
+                        for t, k, x in zip(tiers, keep, admit))
+            r, h_real = _prefill_ratio(s.model, s.gpu, float(s.input_tokens), float(s.hit_rate), sig,
+                                       int(tp_p), float(s.tiers.compute_eff), reuse)
     ttft = p.ttft_s * r
     if r != 1.0 and both:
         share = up["prefill_share"]                 # prefill share of the unit's device time (chapter 3)
@@ -407,10 +485,11 @@ def evaluate(s: Scenario, reuse: ReuseCurve | None = None) -> Result:
     tier_usd = _instance_s(up) * tier_usd_s
     per_m = 1e6 / (I + O)
     meets = bool(ttft <= s.ttft_slo_s * (1 + 1e-12) and tpot <= s.tpot_slo_s * (1 + 1e-12))
-    usd = (gpu_usd + tier_usd + cold_usd_per_req + write_usd_per_req) * per_m
+    usd = (gpu_usd + tier_usd + cold_usd_per_req + write_usd_per_req + prefix_write_usd_per_req) * per_m
     reason = "" if meets else (f"SLO missed after the tier loads / recalls: TTFT {ttft:.3g} s "
                                f"(SLO {s.ttft_slo_s:g}), TPOT {tpot * 1e3:.3g} ms "
                                f"(SLO {s.tpot_slo_s * 1e3:g})")
     return Result(meets, reason, usd, gpu_usd * per_m, tier_usd * per_m, cold_usd_per_req * per_m,
                   ttft, tpot, meets, h_real, r, recall_s, write_usd_per_req * per_m, O / dev_s,
-                  p.tokens_per_s_per_device)
+                  p.tokens_per_s_per_device, prefix_write_usd_per_mtok=prefix_write_usd_per_req * per_m,
+                  plan_overlap=overlap)
