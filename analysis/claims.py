@@ -322,7 +322,9 @@ def evaluate(claim_id: str, computed, setting: Mapping | None = None,
                 unassessed.append(f"{s['name']} = {_fmt_value(val)}")
             elif v2 != v:
                 out.flips.append((s["name"], val, v2))
-    names = ", ".join(dict.fromkeys(s["name"] for s in sens))
+    # "robust to" names only the assumptions recomputed at one end at least
+    names = ", ".join(dict.fromkeys(s["name"] for s in sens
+                                    if sum(u.startswith(s["name"] + " = ") for u in unassessed) < 2))
     if len(unassessed) == 2 * len(sens):
         out.robustness = f"robustness not assessed: no value at {', '.join(unassessed)}"
         return out
