@@ -18,7 +18,7 @@ def forest_plot(rule_table: pd.DataFrame, title: str = ""):
 
     t = rule_table.sort_values(["baseline", "budget"]).reset_index(drop=True)
     n = len(t)
-    fig, ax = plt.subplots(figsize=(8, 0.24 * n + 1.4))
+    fig, ax = plt.subplots(figsize=(7.0, 0.2 * n + 1.4))
     y = np.arange(n)[::-1]
     for yi, (_, r) in zip(y, t.iterrows()):
         c = OUTCOME_COLORS.get(r.outcome, "k")
@@ -30,7 +30,8 @@ def forest_plot(rule_table: pd.DataFrame, title: str = ""):
     ax.set_xscale("log")
     ax.set_yticks(y, [f"{POLICY_LABELS.get(b, b)} @ {f:.0%}" for b, f in zip(t.baseline, t.budget)],
                   fontsize=7)
-    ax.set_xlabel("KL(QEvict) / KL(baseline), geometric mean over documents (log scale; < 1: QEvict better)")
+    ax.set_xlabel("KL(QEvict) / KL(baseline), geometric mean over documents\n(log scale; < 1: QEvict better)",
+                  fontsize=8)
     handles = [plt.Line2D([], [], color=c, lw=2, label=k) for k, c in OUTCOME_COLORS.items()
                if k in set(t.outcome)]
     ax.legend(handles=handles, loc="lower right", fontsize=7, title="outcome (Holm)", title_fontsize=7)
@@ -45,7 +46,7 @@ def pareto_plot(ptab: pd.DataFrame, palette: dict, markers: dict):
     all three are outlined and joined per panel by their two-way front."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(8.4, 4.8), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(8.2, 4.8), sharey=True)
     views = ((axes[0], "device_frac", "on-device bytes\n(fraction of the full cache, mean over steps)"),
              (axes[1], "recall_bytes_per_step", "recall traffic per decoding step\n[bytes] (symlog)"))
     for ax, x, xl in views:
@@ -73,7 +74,7 @@ def drift_null_plot(drift: pd.DataFrame):
 
     stats = [("miss", "far-pair missed share\n(declared statistic)"), ("global_lir", "Global LIR"),
              ("budget_lir", "budget-relative LIR")]
-    fig, axes = plt.subplots(1, 3, figsize=(8.4, 0.35 * len(drift) + 2.0), sharey=True)
+    fig, axes = plt.subplots(1, 3, figsize=(8.2, 0.35 * len(drift) + 2.0), sharey=True)
     y = np.arange(len(drift))[::-1]
     for ax, (k, lab) in zip(axes, stats):
         ax.errorbar(drift[f"{k}_null_mean"], y, xerr=2 * drift[f"{k}_null_sd"], fmt="s", color="#999999",
@@ -102,7 +103,7 @@ def genre_heatmap(summary: pd.DataFrame, policy: str, baselines, labels: dict):
             rows.append(dict(genre=labels.get(g, g), baseline=POLICY_LABELS.get(b, b),
                              ratio=float(np.exp(d.lr.mean()))))
     t = pd.DataFrame(rows).pivot(index="genre", columns="baseline", values="ratio")
-    fig, ax = plt.subplots(figsize=(min(0.55 * t.shape[1] + 2.6, 8.4), 0.5 * t.shape[0] + 2.2))
+    fig, ax = plt.subplots(figsize=(min(0.55 * t.shape[1] + 2.6, 8.2), 0.5 * t.shape[0] + 2.2))
     sns.heatmap(np.log2(t), annot=t.map(lambda v: f"{v:.2f}"), fmt="", cmap="RdBu_r", center=0, ax=ax,
                 cbar_kws={"label": "log2 KL ratio (blue: QEvict better)"}, annot_kws={"fontsize": 7})
     ax.set_xlabel("")
@@ -122,7 +123,7 @@ def long_kl_plot(long_table: pd.DataFrame, palette: dict, markers: dict):
     n = len(runs)
     ncol = min(n, 2)
     nrow = int(np.ceil(n / ncol))
-    fig, axes = plt.subplots(nrow, ncol, figsize=(8.4 if ncol > 1 else 6.0, 3.6 * nrow + 1.0), squeeze=False,
+    fig, axes = plt.subplots(nrow, ncol, figsize=(8.2 if ncol > 1 else 6.0, 3.6 * nrow + 1.0), squeeze=False,
                              sharey=True)
     for ax, run in zip(axes.flat, runs):
         d = long_table[long_table.run == run]
