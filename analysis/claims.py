@@ -295,13 +295,20 @@ def _fmt_value(v) -> str:
 
 
 def evaluate(claim_id: str, computed, setting: Mapping | None = None,
-             recompute: Callable[[str, object], object] | None = None, path=None) -> Verdict:
+             recompute: Callable[[str, object], object] | None = None, path=None,
+             missing: str | None = None) -> Verdict:
     """The verdict of ``claim_id`` for ``computed`` under its declared rule, with robustness.
 
     ``recompute(name, value)`` returns the computed value with assumption ``name`` at ``value``
-    (the others at their defaults); it is called at the low and high end of each declared assumption."""
+    (the others at their defaults); it is called at the low and high end of each declared assumption.
+    ``missing`` says what data is missing when the chapter could not compute the value (e.g. "2
+    documents with results (the declared rule needs at least 3)"): a not-testable verdict then says
+    that instead of naming the quantity."""
     c = rule(claim_id, path)
     v, detail, comps = _verdict(c, computed, setting)
+    if v == NOT_TESTABLE and missing and c["comparison"] != "not_testable" and any(
+            x is None for _, x, _, _ in comps):
+        detail = missing
     ref = comps[0][2] if len(comps) == 1 else None
     out = Verdict(claim_id, v, rule_text(c, setting), computed, ref, detail, components=comps)
     sens = c.get("sensitivity") or []
@@ -322,7 +329,9 @@ def evaluate(claim_id: str, computed, setting: Mapping | None = None,
                 unassessed.append(f"{s['name']} = {_fmt_value(val)}")
             elif v2 != v:
                 out.flips.append((s["name"], val, v2))
-    names = ", ".join(dict.fromkeys(s["name"] for s in sens))
+    # "robust to" names only the assumptions recomputed at one end at least
+    names = ", ".join(dict.fromkeys(s["name"] for s in sens
+                                    if sum(u.startswith(s["name"] + " = ") for u in unassessed) < 2))
     if len(unassessed) == 2 * len(sens):
         out.robustness = f"robustness not assessed: no value at {', '.join(unassessed)}"
         return out

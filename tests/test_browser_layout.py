@@ -3,7 +3,7 @@
 * no cell output is a bare Python string (a cell whose last expression returns ``'100%'``);
 * every figure is legible at the rendered page width: no image in a cell output is shown at less than
   ``MIN_SCALE`` of its pixel width (a wide figure squeezed into the column shrinks its text with it);
-* tables shown to readers (chapters 1 and 2) have no pandas index column and a unit (or a count) in
+* tables shown to readers (chapters 1, 2 and 4) have no pandas index column and a unit (or a count) in
   the header of every numeric column;
 * the front page opens with its key results, verdict counts and the headline figure.
 
@@ -19,13 +19,12 @@ import pytest
 from tests import browser_helpers as bh
 
 PAGES = bh.toc_docnames()
-TABLE_CHAPTERS = [d for d in bh.chapter_docnames() if re.match(r"book/0[125]_", d)]
+TABLE_CHAPTERS = [d for d in bh.chapter_docnames() if re.match(r"book/0[1-5]_", d)]
 MIN_SCALE = 0.7
-# Pages whose figures were measured too wide when this test was written (1280 px window, 672 px column,
-# 2026-12-01): each is owned by its chapter's issue (3: issue 12; 4: issues 13/14). They
-# are reported as expected failures, with the figures named, until those chapters narrow them; every
-# other page fails outright.
-KNOWN_TOO_WIDE = {"book/04_qevict": "issues 13/14"}  # chapters 3 and 5 narrowed (issues 12, 16)
+# Pages whose figures may be reported as expected failures (figures named) while their chapter's issue
+# narrows them; every other page fails outright. Chapters 3, 4 and 5 were narrowed in session 3
+# (issues 12, 11/13/14, 16), so none is exempt now.
+KNOWN_TOO_WIDE: dict[str, str] = {}
 
 LAYOUT_JS = r"""
 const done = arguments[arguments.length - 1];

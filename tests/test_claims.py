@@ -205,6 +205,32 @@ def test_an_end_that_cannot_be_recomputed_is_not_a_flip(table):
     assert v.flips == [] and v.robustness == "robust to eff; not assessed at eff = 0.5"
 
 
+def test_robust_names_only_assumptions_that_were_recomputed(tmp_path):
+    rule = {"claim": "c", "source": "s", "quantity": "q", "comparison": "two_sided", "why": "w",
+            "reference": {"value": 100.0}, "tolerance": 0.1,
+            "sensitivity": [{"name": "eff", "low": 0.5, "high": 1.0, "why": "w"},
+                            {"name": "slo", "low": "tight", "high": "loose", "why": "w"}]}
+    p = tmp_path / "claims.yaml"
+    p.write_text(yaml.safe_dump({"claims": {"both": rule}}))
+    claims._load.cache_clear()
+    v = ev("both", 100, p, recompute=lambda name, val: 100.0 if name == "eff" else None)
+    assert v.robustness == "robust to eff; not assessed at slo = tight, slo = loose"
+
+
+def test_a_range_is_two_components_with_their_own_comparison(tmp_path):
+    rule = {"claim": "c", "source": "s", "quantity": "q", "comparison": "at_least", "why": "w",
+            "tolerance": 0.25,
+            "components": [{"name": "lo", "comparison": "at_least", "reference": {"value": 2.0}},
+                           {"name": "hi", "comparison": "at_most", "reference": {"value": 4.6}}]}
+    p = tmp_path / "claims.yaml"
+    p.write_text(yaml.safe_dump({"claims": {"range": rule}}))
+    claims._load.cache_clear()
+    at = lambda x: ev("range", {"lo": x, "hi": x}, p).verdict  # noqa: E731
+    assert at(1.6) == at(3.0) == at(5.7) == claims.REPRODUCED  # within [2 * 0.75, 4.6 * 1.25]
+    assert at(1.4) == at(5.9) == claims.NOT_REPRODUCED
+    assert claims.rule_text(claims.table(p)["range"]).startswith("range:")
+
+
 def test_no_end_recomputable_says_not_assessed(table):
     v = ev("two", 100, table, recompute=lambda name, val: None)
     assert v.robustness.startswith("robustness not assessed") and v.verdict == claims.REPRODUCED

@@ -18,7 +18,7 @@ def forest_plot(rule_table: pd.DataFrame, title: str = ""):
 
     t = rule_table.sort_values(["baseline", "budget"]).reset_index(drop=True)
     n = len(t)
-    fig, ax = plt.subplots(figsize=(8, 0.24 * n + 1.4))
+    fig, ax = plt.subplots(figsize=(7.0, 0.2 * n + 1.4))
     y = np.arange(n)[::-1]
     for yi, (_, r) in zip(y, t.iterrows()):
         c = OUTCOME_COLORS.get(r.outcome, "k")
@@ -30,7 +30,8 @@ def forest_plot(rule_table: pd.DataFrame, title: str = ""):
     ax.set_xscale("log")
     ax.set_yticks(y, [f"{POLICY_LABELS.get(b, b)} @ {f:.0%}" for b, f in zip(t.baseline, t.budget)],
                   fontsize=7)
-    ax.set_xlabel("KL(QEvict) / KL(baseline), geometric mean over documents (log scale; < 1: QEvict better)")
+    ax.set_xlabel("KL(QEvict) / KL(baseline), geometric mean over documents\n(log scale; < 1: QEvict better)",
+                  fontsize=8)
     handles = [plt.Line2D([], [], color=c, lw=2, label=k) for k, c in OUTCOME_COLORS.items()
                if k in set(t.outcome)]
     ax.legend(handles=handles, loc="lower right", fontsize=7, title="outcome (Holm)", title_fontsize=7)
@@ -45,9 +46,9 @@ def pareto_plot(ptab: pd.DataFrame, palette: dict, markers: dict):
     all three are outlined and joined per panel by their two-way front."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 5), sharey=True)
-    views = ((axes[0], "device_frac", "on-device bytes (fraction of the full cache, mean over steps)"),
-             (axes[1], "recall_bytes_per_step", "recall traffic per decoding step [bytes] (symlog)"))
+    fig, axes = plt.subplots(1, 2, figsize=(8.2, 4.8), sharey=True)
+    views = ((axes[0], "device_frac", "on-device bytes\n(fraction of the full cache, mean over steps)"),
+             (axes[1], "recall_bytes_per_step", "recall traffic per decoding step\n[bytes] (symlog)"))
     for ax, x, xl in views:
         for lab, d in ptab.groupby("label"):
             ax.scatter(d[x], d.kl, color=palette.get(lab, "k"), marker=markers.get(lab, "o"), s=36,
@@ -57,13 +58,13 @@ def pareto_plot(ptab: pd.DataFrame, palette: dict, markers: dict):
 
         fr = ptab[pareto_mask(pts)].sort_values(x)
         ax.step(fr[x], fr.kl, where="post", color="k", lw=0.8, ls="--", zorder=2)
-        ax.set_xlabel(xl)
+        ax.set_xlabel(xl, fontsize=8)
         ax.set_yscale("log")
     axes[1].set_xscale("symlog", linthresh=1e3)
-    axes[0].set_ylabel("KL(full ‖ policy) per token [nats], mean over documents")
+    axes[0].set_ylabel("KL(full ‖ policy) per token [nats],\nmean over documents", fontsize=8)
     h, lab = axes[0].get_legend_handles_labels()
-    fig.legend(h, lab, loc="lower center", ncol=4, fontsize=8, bbox_to_anchor=(0.5, 0.0))
-    fig.tight_layout(rect=(0, 0.14, 1, 1))
+    fig.legend(h, lab, loc="lower center", ncol=4, fontsize=7, bbox_to_anchor=(0.5, 0.0))
+    fig.tight_layout(rect=(0, 0.17, 1, 1))
     return fig
 
 
@@ -73,13 +74,13 @@ def drift_null_plot(drift: pd.DataFrame):
 
     stats = [("miss", "far-pair missed share\n(declared statistic)"), ("global_lir", "Global LIR"),
              ("budget_lir", "budget-relative LIR")]
-    fig, axes = plt.subplots(1, 3, figsize=(12, 0.35 * len(drift) + 1.8), sharey=True)
+    fig, axes = plt.subplots(1, 3, figsize=(8.2, 0.35 * len(drift) + 2.0), sharey=True)
     y = np.arange(len(drift))[::-1]
     for ax, (k, lab) in zip(axes, stats):
         ax.errorbar(drift[f"{k}_null_mean"], y, xerr=2 * drift[f"{k}_null_sd"], fmt="s", color="#999999",
                     ms=4, label="shuffled order (mean ± 2 sd)")
         ax.plot(drift[f"{k}_observed"], y, "o", color="#d95f02", ms=5, label="decoding order")
-        ax.set_xlabel(lab)
+        ax.set_xlabel(lab, fontsize=8)
     axes[0].set_yticks(y, drift.document, fontsize=8)
     axes[0].legend(fontsize=7, loc="best")
     fig.tight_layout()
@@ -102,7 +103,7 @@ def genre_heatmap(summary: pd.DataFrame, policy: str, baselines, labels: dict):
             rows.append(dict(genre=labels.get(g, g), baseline=POLICY_LABELS.get(b, b),
                              ratio=float(np.exp(d.lr.mean()))))
     t = pd.DataFrame(rows).pivot(index="genre", columns="baseline", values="ratio")
-    fig, ax = plt.subplots(figsize=(1.0 * t.shape[1] + 2.5, 0.5 * t.shape[0] + 2.2))
+    fig, ax = plt.subplots(figsize=(min(0.55 * t.shape[1] + 2.6, 8.2), 0.5 * t.shape[0] + 2.2))
     sns.heatmap(np.log2(t), annot=t.map(lambda v: f"{v:.2f}"), fmt="", cmap="RdBu_r", center=0, ax=ax,
                 cbar_kws={"label": "log2 KL ratio (blue: QEvict better)"}, annot_kws={"fontsize": 7})
     ax.set_xlabel("")
@@ -110,3 +111,35 @@ def genre_heatmap(summary: pd.DataFrame, policy: str, baselines, labels: dict):
     ax.tick_params(axis="x", labelrotation=60, labelsize=7)
     fig.tight_layout()
     return fig, t
+
+
+def long_kl_plot(long_table: pd.DataFrame, palette: dict, markers: dict):
+    """KL against the budget for every policy, one panel per committed long run (mean over its
+    documents): the committed long-context table (``longview.long_results``) as a figure, whose full
+    table the chapter offers as a CSV download."""
+    import matplotlib.pyplot as plt
+
+    runs = list(dict.fromkeys(long_table.run))
+    n = len(runs)
+    ncol = min(n, 2)
+    nrow = int(np.ceil(n / ncol))
+    fig, axes = plt.subplots(nrow, ncol, figsize=(8.2 if ncol > 1 else 6.0, 3.6 * nrow + 1.0), squeeze=False,
+                             sharey=True)
+    for ax, run in zip(axes.flat, runs):
+        d = long_table[long_table.run == run]
+        for lab, g in d.groupby("label", sort=False):
+            g = g.sort_values("budget")
+            ax.plot(g.budget, g.KL, marker=markers.get(lab, "o"), color=palette.get(lab, "k"), ms=4, lw=1,
+                    label=lab)
+        ctx = int(d.context_tokens.max())
+        ax.set_title(f"{run}\n{d.model.iloc[0]}, {ctx:,} tokens", fontsize=8)
+        ax.set_yscale("log")
+        ax.set_xlabel("budget (fraction of full-cache bytes)", fontsize=8)
+        ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda x, _: f"{x:.0%}"))
+    for ax in list(axes.flat)[n:]:
+        ax.set_visible(False)
+    axes[0, 0].set_ylabel("KL(full ‖ policy) per token [nats]", fontsize=8)
+    h, lab = axes[0, 0].get_legend_handles_labels()
+    fig.legend(h, lab, loc="lower center", ncol=4, fontsize=7, bbox_to_anchor=(0.5, 0.0))
+    fig.tight_layout(rect=(0, 0.9 / (3.6 * nrow + 1.0) + 0.12, 1, 1))
+    return fig

@@ -44,3 +44,33 @@ def gemma_reference():
     """The committed check of the Gemma 3 port against transformers (or None if not computed)."""
     name = "qevict_gemma_reference"
     return read_artifact(name) if name in set(list_artifacts()) else None
+
+
+def long_rule_tables(arts, policy: str = "qevict_recall", genre_labels: dict | None = None) -> pd.DataFrame:
+    """The declared QEvict rule (``analysis.qevict.verdicts``) on each committed long run, overall and
+    per genre: one row per (run, scope) with the documents it has, the outcome counts of its
+    (baseline, budget) pairs and the share the ledger's rule tests (NaN when not testable: fewer
+    documents than the rule needs, or the policy not run)."""
+    from .metrics import QEVICT_RULE
+    from .verdicts import by_genre, qevict_value
+
+    rows = []
+    for a in arts:
+        s = a.tables["summary"].copy()
+        s["genre"] = s.document.str.split(":").str[0]
+        base = [p for p in s.policy.unique() if p not in ("full", "qevict_dequant", policy)]
+        ctx = int(s.context_tokens.max()) if "context_tokens" in s else None
+        model = str(s.model.iloc[0]) if "model" in s else ""
+        head = dict(run=a.name, model=model, context_tokens=ctx, stale=bool(a.stale))
+        if policy not in set(s.policy):
+            rows.append(dict(head, scope="all", documents=int(s.document.nunique()), share=float("nan")))
+            continue
+        share, _, R = qevict_value(s, policy, base)
+        c = R.outcome.value_counts() if len(R) else pd.Series(dtype=int)
+        rows.append(dict(head, scope="all genres", documents=int(s.document.nunique()),
+                         **{k: int(c.get(k, 0)) for k in ("better", "not worse", "worse", "unclear")},
+                         share=share, min_docs=QEVICT_RULE["min_docs"]))
+        g, _ = by_genre(s, policy, base, genre_labels)
+        for r in g.to_dict("records"):
+            rows.append(dict(head, scope=r.pop("genre"), **r, min_docs=QEVICT_RULE["min_docs"]))
+    return pd.DataFrame(rows)
