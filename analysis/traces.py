@@ -56,6 +56,13 @@ class Trace:
         s = np.sort(self.block_ids)
         return int(s.size and 1 + np.count_nonzero(s[1:] != s[:-1]))
 
+    def single_use_share(self) -> float:
+        """Share of the distinct blocks that are accessed once only (no later request reuses them)."""
+        if not self.n_blocks:
+            return 0.0
+        _, counts = np.unique(self.block_ids, return_counts=True)
+        return float(np.mean(counts == 1))
+
     @property
     def duration_s(self) -> float:
         return float(self.arrival_s[-1] - self.arrival_s[0]) if self.n_requests else 0.0
