@@ -54,7 +54,7 @@ bench: $(STAMP)
 # Chapter 4's long-context runs (hours on 2 cores): committed artifacts under results/ with provenance;
 # the chapter marks them stale, and tests/test_artifacts.py fails, when their code changes.
 long: $(STAMP)
-	$(BIN)/python -m analysis.qevict.longrun sweeps/qevict_long.yaml
+	$(BIN)/python -m analysis.qevict.longrun sweeps/qevict_long.yaml --jobs 2
 
 clean-cache:
 	rm -rf _build/.jupyter_cache .cache

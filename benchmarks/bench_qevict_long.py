@@ -8,7 +8,10 @@
   prefill with capture, then the decoding steps; target: 8,192 context tokens (SmolLM2's whole
   context: 7,168 + 1,024) in <= 10 min on 2 cores.  Reports the time per decoding step against the
   bytes a step must read (the shared prompt K/V once, plus one dequantized copy per bit width, each
-  stream's own decoded K/V, and the float32 weights) divided by the measured memory read bandwidth.
+  stream's own decoded K/V, and the float32 weights) divided by the measured memory read bandwidth,
+  and against the FLOPs it multiplies (weights, and the attention rows x keys the "sparse" engine
+  computes) divided by the single-thread matmul rate at the step's shapes; per-phase times
+  (attention, LM head, projections/MLP, the policies' bookkeeping).
 * ``prefill``: the numpy forward with attention capture against the same-shape matrix products
   (``bench_qevict_forward.matmul_reference``); target >= 50% at 8K.
 * ``gemma``: Gemma 3 270M prefill with capture (the global layers' attention reduced on the fly),
@@ -55,28 +58,124 @@ def n_weights(model) -> int:
     return int(model.tok_emb.size + sum(sum(w.size for w in lw.values()) for lw in model.layers))
 
 
+def gemm_rate(B: int, cfg, repeat: int = 3) -> float:
+    """FLOP/s of this machine's single-thread float32 matrix products at a decoding step's shapes:
+    B rows against one layer's projection matrices, and the attention's batched products
+    (KV heads x B * group rows x head_dim against 512-key blocks and back)."""
+    from threadpoolctl import threadpool_limits
+
+    rng = np.random.default_rng(0)
+    d, f, hd, Hkv, g = cfg.d_model, cfg.d_ff, cfg.head_dim, cfg.n_kv_heads, cfg.group
+    x = rng.standard_normal((B, d), dtype=np.float32)
+    w = rng.standard_normal((d, 2 * f), dtype=np.float32)
+    q = rng.standard_normal((Hkv, B * g, hd), dtype=np.float32)
+    k = rng.standard_normal((Hkv, 512, hd), dtype=np.float32)
+    fl = 2 * B * d * 2 * f + 2 * 2 * Hkv * B * g * 512 * hd
+    best = float("inf")
+    with threadpool_limits(1, user_api="blas"):
+        for _ in range(repeat):
+            t = time.perf_counter()
+            for _ in range(20):
+                x @ w
+                s = np.matmul(q, k.swapaxes(-1, -2))
+                np.matmul(s, k)
+            best = min(best, (time.perf_counter() - t) / 20)
+    return fl / best
+
+
+def attention_flops(cache, pos: int) -> tuple:
+    """(FLOPs the "sparse" engine multiplies, FLOPs of the keys each stream reads) of one layer's
+    attention at position ``pos``, from the cache's current tiers: scores and values, 2 x 2 x rows x
+    keys x head_dim each.  The engine's count is per key block: a stream's rows count for a block if
+    it reads any of its windows at that precision (exact, or dequantized at its bit width)."""
+    from analysis.qevict.kvcache import EVICTED, OFFLOADED
+
+    P, W, g, hd = cache.P, cache.W, cache.g, cache.hd
+    t = pos + 1
+    per_key = 2 * 2 * g * hd * cache.Hkv
+    tier = cache.tier[:, :, :, : P // W]  # (B, L, Hkv, NWp)
+    read = (tier != EVICTED) & (tier != OFFLOADED)
+    lz = cache.lossy[:, :, :, : P // W]
+    useful = (read.sum() / cache.L * W / cache.Hkv + cache.B * (t - P)) * per_key
+    bw = cache.block // W
+    starts = np.arange(0, P // W, bw)
+    ex = np.logical_or.reduceat(read & ~lz, starts, axis=-1).any(2)  # (B, L, blocks)
+    qz = np.logical_or.reduceat(read & lz, starts, axis=-1).any(2)
+    sizes = np.diff(np.append(starts, P // W)) * W
+    done = ((ex + qz) * sizes).sum() / cache.L + cache.B * (t - P)
+    return done * per_key, useful
+
+
 def bench_decode(a):
-    from analysis.qevict import corpora
+    from analysis.qevict import corpora, runner
     from analysis.qevict.gguf_model import load_model
     from analysis.qevict.policies import POLICIES, PolicyConfig
-    from analysis.qevict.runner import run_document
     from analysis.qevict.tokenizer import load_tokenizer
 
     model, tok = load_model(), load_tokenizer()
     doc = corpora.load_document(corpora.LONG_DOCUMENTS["code"], tok, a.prefill + a.decode + 1)
     bw = read_bandwidth()
-    print(f"memory read bandwidth {bw / 1e9:.1f} GB/s   ({load()})", flush=True)
+    B = 1 + (len(POLICIES) - 1) * 4
+    rate = gemm_rate(B, model.cfg)
+    print(f"memory read bandwidth {bw / 1e9:.1f} GB/s; single-thread matmul rate at decode shapes "
+          f"{rate / 1e9:.1f} GFLOP/s   ({load()})", flush=True)
+    # phase timers: the cache's attention, the LM head, the whole forward step; the rest of a step is
+    # the policies' bookkeeping (re-decisions, observations, metrics)
+    timers = dict(attend=0.0, lm_head=0.0, step=0.0)
+    holder, flops = {}, []
+
+    def timed(name, f):
+        def g(*args, **kw):
+            t = time.perf_counter()
+            try:
+                return f(*args, **kw)
+            finally:
+                timers[name] += time.perf_counter() - t
+        return g
+
+    Cache = runner.MultiStreamCache
+
+    def make_cache(*args, **kw):
+        c = Cache(*args, **kw)
+        holder["c"] = c
+        c.attend = timed("attend", c.attend)
+        return c
+
+    runner.MultiStreamCache = make_cache
+    model.logits = timed("lm_head", model.logits)
+    dec = model.decode_step
+
+    def decode_step(token, pos, cache, **kw):
+        if pos % 64 == 0 or pos == a.prefill:  # engine FLOPs sampled every 64 steps
+            flops.append(attention_flops(cache, pos))
+        return timed("step", dec)(token, pos, cache, **kw)
+
+    model.decode_step = decode_step
     t0 = time.perf_counter()
-    r = run_document(model, doc.tokens, a.prefill, a.decode, POLICIES, [0.10, 0.20, 0.35, 0.50],
-                     PolicyConfig(), verbose=True)
+    try:
+        r = runner.run_document(model, doc.tokens, a.prefill, a.decode, POLICIES, [0.10, 0.20, 0.35, 0.50],
+                                PolicyConfig(), verbose=True)
+    finally:
+        runner.MultiStreamCache = Cache
     wall = time.perf_counter() - t0
-    B, D = len(r["streams"]), a.decode
+    B, D, c = len(r["streams"]), a.decode, model.cfg
     per = r["seconds_decode"] / D
-    by = step_bytes(model.cfg, n_weights(model), a.prefill, (D + 1) / 2, B, 2)
+    by = step_bytes(c, n_weights(model), a.prefill, (D + 1) / 2, B, 2)
+    att_done, att_useful = (np.mean(x) * c.n_layers for x in zip(*flops))
+    w_flops = 2 * B * n_weights(model)  # projections and the (tied) LM head: 2 FLOPs per weight and row
+    ph = {k: v / D for k, v in timers.items()}
+    other = ph["step"] - ph["attend"] - ph["lm_head"]
     print(f"{a.prefill:,} prefill + {D:,} decode, {B} streams: total {wall:.0f} s (target <= 600 s at "
           f"7,168 + 1,024); prefill {r['seconds_prefill']:.0f} s   ({load()})")
-    print(f"decode {per * 1e3:.0f} ms/step; bytes per step {by / 1e9:.2f} GB -> at {bw / 1e9:.1f} GB/s "
-          f"{by / bw * 1e3:.0f} ms: {by / bw / per:.0%} of the bandwidth limit")
+    print(f"decode {per * 1e3:.0f} ms/step (target <= 500): attention {ph['attend'] * 1e3:.0f} ms, "
+          f"LM head {ph['lm_head'] * 1e3:.0f} ms, projections/MLP/norms {other * 1e3:.0f} ms, "
+          f"policies and metrics {(per - ph['step']) * 1e3:.0f} ms")
+    print(f"bytes per step {by / 1e9:.2f} GB -> at {bw / 1e9:.1f} GB/s {by / bw * 1e3:.0f} ms: "
+          f"{by / bw / per:.0%} of the bandwidth limit")
+    fl = att_done + w_flops
+    print(f"FLOPs per step {fl / 1e9:.1f} G (attention {att_done / 1e9:.1f} G as multiplied, "
+          f"{att_useful / 1e9:.1f} G on the keys the streams read; weights {w_flops / 1e9:.1f} G) -> at "
+          f"{rate / 1e9:.1f} GFLOP/s {fl / rate * 1e3:.0f} ms: {fl / rate / per:.0%} of the matmul limit")
 
 
 def bench_prefill(a):

@@ -21,14 +21,14 @@ class Cfg:
         return self.n_heads // self.n_kv_heads
 
 
-def _caches(bits, P=128, W=16, D=40, block=32, seed=0):
+def _caches(bits, P=128, W=16, D=40, block=32, seed=0, engine="sparse"):
     cfg = Cfg()
     rng = np.random.default_rng(seed)
     shape = (cfg.n_kv_heads, P, cfg.head_dim)
     pk = [rng.standard_normal(shape).astype(np.float32) for _ in range(cfg.n_layers)]
     pv = [rng.standard_normal(shape).astype(np.float32) for _ in range(cfg.n_layers)]
     mk = dict(bits=bits, group=16)
-    return cfg, [MultiStreamCache(cfg, len(bits), pk, pv, P + D, W, block=block, **mk),
+    return cfg, [MultiStreamCache(cfg, len(bits), pk, pv, P + D, W, block=block, engine=engine, **mk),
                  MultiStreamCache(cfg, len(bits), pk, pv, P + D, W, engine="reference", **mk)]
 
 
@@ -47,11 +47,13 @@ def _retier(c, rng_seed, nc, bits):
         c.set_tiers(b, t, promote="recall" if b % 3 else "dequant")
 
 
+@pytest.mark.parametrize("engine", ["sparse", "blocked"])
 @pytest.mark.parametrize("bits", [[0, 2, 4, 2, 0, 4], [0], [2, 2]])
-def test_blocked_engine_equals_reference(bits):
+def test_blocked_engine_equals_reference(bits, engine):
     """Exact and dequantized prompt keys, quantized and evicted decoded windows, promotions by
-    recall and by dequantization, several key blocks: same outputs and window attention."""
-    cfg, (blk, ref) = _caches(bits)
+    recall and by dequantization, several key blocks: same outputs and window attention (both
+    shared-tensor engines)."""
+    cfg, (blk, ref) = _caches(bits, engine=engine)
     P, W = blk.P, blk.W
     for pos in range(P, P + 40):
         if pos % W == 0:
@@ -182,13 +184,14 @@ def _retier_offload(c, rng_seed, nc):
         c.set_tiers(b, t)
 
 
-def test_blocked_engine_equals_reference_with_offloaded_windows_and_page_loads():
+@pytest.mark.parametrize("engine", ["sparse", "blocked"])
+def test_blocked_engine_equals_reference_with_offloaded_windows_and_page_loads(engine):
     """OFFLOADED windows are masked unless recalled (set back to FULL) or loaded for one step by
     Quest's page selection (``step_pages``); streams with digests get window estimates.  The blocked
     shared-tensor engine, with streams reordered by bit width, reads exactly what the per-stream
     reference reads, and both count the same page loads."""
     bits = [4, 0, 2, 0, 4]
-    cfg, (blk, ref) = _caches(bits)
+    cfg, (blk, ref) = _caches(bits, engine=engine)
     P, W = blk.P, blk.W
     for c in (blk, ref):
         c.step_pages[:] = [-1, 2, 1, -1, 3]
@@ -220,3 +223,36 @@ def test_blocked_engine_equals_reference_with_offloaded_windows_and_page_loads()
     assert np.array_equal(blk.recall_transfers, ref.recall_transfers)
     assert np.array_equal(blk.recall_bytes, ref.recall_bytes) and blk.recall_transfers[[0, 3]].sum() > 0
     assert not np.any(blk.loaded[[0, 3]])  # streams without page selection load nothing per step
+
+
+def test_sparse_engine_skips_blocks_and_equals_blocked():
+    """The sparse engine gives a stream no product for a key block it reads at neither precision
+    (whole blocks evicted, or all quantized / all exact), and still equals the blocked engine;
+    the skipped rows are really skipped (a NaN planted in keys only skipped rows would read
+    stays out of every output)."""
+    bits = [0, 2, 0, 4]
+    outs = []
+    for engine in ("sparse", "blocked", "reference"):
+        cfg, (c, _) = _caches(bits, engine=engine)
+        nw = c.P // c.W
+        for b in range(4):
+            t = c.tier[b].copy()
+            if b in (0, 2):
+                t[:, :, 2:4] = EVICTED  # the whole second block (32 keys = 2 windows)
+            else:
+                t[:, :, 0:nw] = QUANT  # every prompt window quantized: no exact product at all
+            c.set_tiers(b, t)
+        r = np.random.default_rng(3)
+        q = r.standard_normal((4, cfg.n_heads, cfg.head_dim)).astype(np.float32) / 4
+        kv = r.standard_normal((4, cfg.n_kv_heads, cfg.head_dim)).astype(np.float32)
+        if engine == "sparse":
+            # streams 0 and 2 evicted block 1 and streams 1 and 3 read only dequantized keys: no
+            # stream reads the exact keys of block 1, so a NaN there must not reach any output
+            c.Kp[0, :, 32:48] = np.nan
+        c.append(0, kv, kv, c.P)
+        outs.append((c.attend(0, q, c.P), c.win_attn[0].copy()))
+    assert np.all(np.isfinite(outs[0][0]))
+    for o in outs[1:]:
+        np.testing.assert_allclose(outs[0][0], o[0], rtol=1e-4, atol=2e-5)
+        np.testing.assert_allclose(outs[0][1], o[1], rtol=1e-4, atol=1e-6)
+    assert np.all(outs[0][1][[0, 2], :, 2:4] == 0) and np.all(outs[0][1][[1, 3], :, 2:4] > 0)

@@ -62,24 +62,28 @@ def digest_window_bytes(head_dim: int) -> int:
     """Bytes of one window's key digest (channel-wise min and max, fp16) for one KV head."""
     return 2 * head_dim * DIGEST_BYTES_PER_ELEM
 SCORE_BLOCK_BYTES = 1 << 21  # target size of one block of scores (all streams, one layer)
+SPARSE_BLOCK = 512  # keys per block of the "sparse" engine: smaller blocks skip more streams
+ENGINES = ("sparse", "blocked", "reference")
 
 
 class MultiStreamCache:
     def __init__(self, cfg, n_streams: int, prompt_k, prompt_v, max_tokens: int, window: int,
-                 bits, group: int, record_attention: bool = True, engine: str = "blocked",
+                 bits, group: int, record_attention: bool = True, engine: str = "sparse",
                  block: int | None = None):
         """prompt_k/v: lists over layers of (Hkv, P, hd) arrays; P must be a multiple of ``window``.
         bits: per stream quantization bit width (0 for streams that never quantize).
-        engine: "blocked" (shared-tensor GEMMs, online softmax over key blocks) or "reference"
-        (one stream at a time, for tests).  block: keys per block (default: ~2 MiB of scores)."""
+        engine: "sparse" (shared-tensor GEMMs over key blocks, each only for the streams that read
+        the block at that precision, online softmax), "blocked" (every stream against every block,
+        then masked: the previous engine) or "reference" (one stream at a time, for tests).
+        block: keys per block (default: ~2 MiB of scores, at most SPARSE_BLOCK tokens for "sparse")."""
         L, Hkv, hd = cfg.n_layers, cfg.n_kv_heads, cfg.head_dim
         P = prompt_k[0].shape[1]
         if P % window:
             raise ValueError(f"prefill length {P} must be a multiple of the window size {window}")
         if max_tokens > cfg.context_length:
             raise ValueError(f"{max_tokens} tokens exceed the model context {cfg.context_length}")
-        if engine not in ("blocked", "reference"):
-            raise ValueError(f"engine must be 'blocked' or 'reference', got {engine!r}")
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
         self.cfg, self.B, self.L, self.Hkv, self.hd, self.g = cfg, n_streams, L, Hkv, hd, cfg.group
         self.W, self.P, self.group, self.engine = window, P, group, engine
         self.Tmax = -(-max_tokens // window) * window
@@ -88,6 +92,8 @@ class MultiStreamCache:
         self.Dmax = self.Tmax - P
         if block is None:
             block = SCORE_BLOCK_BYTES // (4 * Hkv * n_streams * self.g)
+            if engine == "sparse":
+                block = min(block, SPARSE_BLOCK)
         self.block = max(window, int(block) // window * window)
         self.Kp = np.stack(prompt_k).astype(np.float32, copy=False)  # (L, Hkv, P, hd) exact
         self.Vp = np.stack(prompt_v).astype(np.float32, copy=False)
@@ -176,10 +182,22 @@ class MultiStreamCache:
         """q: (B, H, hd), already scaled, in the caller's stream order.  Returns (B, H, hd)."""
         t = pos + 1
         bias = self.bias[layer]  # (Hkv, B internal, Tmax)
+        restore = None
         if self.digest_rows.any() or (self.step_pages >= 0).any():
-            bias = self._digest_step(layer, q, t, bias)  # Quest: this step's loaded windows unmasked
-        if self.engine == "reference":
-            return self.attend_reference(layer, q, pos, bias)
+            restore = self._digest_step(layer, q, t)  # Quest: this step's loaded windows unmasked
+        try:
+            if self.engine == "reference":
+                return self.attend_reference(layer, q, pos, bias)
+            if self.engine == "sparse":
+                return self._attend_sparse(layer, q, pos, bias)
+            return self._attend_blocked(layer, q, pos, bias)
+        finally:
+            if restore is not None:  # the loaded windows are masked again after the step
+                self.bias.reshape(self.L, self.Hkv, self.B, self.NW, self.W)[layer][restore] = -np.inf
+
+    def _attend_blocked(self, layer: int, q: np.ndarray, pos: int, bias: np.ndarray) -> np.ndarray:
+        """Every stream's queries against every key block (exact and per bit width), then masked."""
+        t = pos + 1
         P, B, Hkv, g, hd, W = self.P, self.B, self.Hkv, self.g, self.hd, self.W
         td = t - P
         Bg = B * g
@@ -265,6 +283,111 @@ class MultiStreamCache:
             self.win_attn[layer, :, :, nw:] = 0
         return out[self.pos].reshape(B, Hkv * g, hd)
 
+    def _attend_sparse(self, layer: int, q: np.ndarray, pos: int, bias: np.ndarray) -> np.ndarray:
+        """The shared-tensor GEMMs, each only for the streams that read the key block at that
+        precision: per block of ``block`` prompt keys, one GEMM of the streams holding at least one
+        of its windows exact (unmasked and not lossy) against the shared exact keys, and per bit width
+        one GEMM of that bit width's streams holding at least one of its windows dequantized against
+        its dequantized keys; each stream's own decoded tokens last.  Every GEMM's scores go through
+        one online (running-maximum) softmax per query row, so rows skipped for a block cost nothing
+        and a row's exact and dequantized parts of the same block are two updates of the same sum."""
+        t = pos + 1
+        P, B, Hkv, g, hd, W, NWp = self.P, self.B, self.Hkv, self.g, self.hd, self.W, self.NWp
+        td = t - P
+        qi = q[self.order].reshape(B, Hkv, g, hd)
+        Q4 = np.ascontiguousarray(qi.transpose(1, 0, 2, 3))  # (Hkv, B, g, hd)
+        m = np.full((Hkv, B, g), -np.inf, np.float32)
+        den = np.zeros((Hkv, B, g), np.float32)
+        acc = np.zeros((Hkv, B, g, hd), np.float32)
+        rec = self.record_attention
+        win = np.zeros((Hkv, B, g, self.NW), np.float32) if rec else None
+        parts = []  # (rows or None, first window, window sums (Hkv, nr, g, nw), shift (Hkv, nr, g))
+        masked_w = np.isneginf(bias[:, :, 0:P:W])  # (Hkv, B, NWp): evicted, or offloaded and not loaded
+        lz_w = self._lz_w[layer, :, :, :NWp]
+        exact_w = ~masked_w & ~lz_w
+        quant_w = ~masked_w & lz_w
+        starts = np.arange(0, NWp, self.block // W)
+        need_e = np.logical_or.reduceat(exact_w, starts, axis=-1).any(0)  # (B, n blocks)
+        need_q = np.logical_or.reduceat(quant_w, starts, axis=-1).any(0)
+        mask_e = masked_w | lz_w  # windows a stream does not read exactly
+        neg = np.float32(-np.inf)
+
+        def update(rows, S, V, w0):
+            """One block of scores S (Hkv, nr, g, n) of rows ``rows`` (None: all) against values V."""
+            sel = slice(None) if rows is None else rows
+            mo = m[:, sel]
+            mn = np.maximum(mo, S.max(-1))
+            shift = np.where(np.isfinite(mn), mn, np.float32(0))
+            alpha = np.exp(mo - shift)
+            S -= shift[..., None]
+            np.exp(S, out=S)
+            nr, n = S.shape[1], S.shape[-1]
+            if rec:  # window sums first: the row sums are their sums
+                ws = S.reshape(Hkv, nr, g, n // W, W).sum(-1)
+                parts.append((rows, w0, ws, shift))
+                den[:, sel] = den[:, sel] * alpha + ws.sum(-1)
+            else:
+                den[:, sel] = den[:, sel] * alpha + S.sum(-1)
+            o = np.matmul(S.reshape(Hkv, nr * g, n), V).reshape(Hkv, nr, g, hd)
+            acc[:, sel] = acc[:, sel] * alpha[..., None] + o
+            m[:, sel] = mn
+
+        for j, w0 in enumerate(starts):
+            s = int(w0) * W
+            e = min(P, s + self.block)
+            w1 = e // W
+            rows = np.flatnonzero(need_e[:, j])
+            if len(rows):
+                all_rows = len(rows) == B
+                Qr = Q4 if all_rows else Q4[:, rows]
+                S = np.matmul(Qr.reshape(Hkv, -1, hd), self.Kp[layer, :, s:e].swapaxes(-1, -2))
+                S = S.reshape(Hkv, len(rows), g, e - s)
+                mw = mask_e[:, :, w0:w1] if all_rows else mask_e[:, rows, w0:w1]
+                if mw.any():  # -inf on the windows these rows do not read exactly
+                    bw = np.where(mw, neg, np.float32(0))
+                    S += np.repeat(bw, W, axis=-1)[:, :, None]
+                update(None if all_rows else rows, S, self.Vp[layer, :, s:e], int(w0))
+            for b, r0, r1 in self.groups:
+                rows = r0 + np.flatnonzero(need_q[r0:r1, j])
+                if not len(rows):
+                    continue
+                S = np.matmul(Q4[:, rows].reshape(Hkv, -1, hd), self.Kq[b][layer, :, s:e].swapaxes(-1, -2))
+                S = S.reshape(Hkv, len(rows), g, e - s)
+                mw = ~quant_w[:, rows, w0:w1]
+                if mw.any():
+                    bw = np.where(mw, neg, np.float32(0))
+                    S += np.repeat(bw, W, axis=-1)[:, :, None]
+                update(rows, S, self.Vq[b][layer, :, s:e], int(w0))
+        if td > 0:  # each stream's own decoded tokens
+            Sd = np.matmul(qi, self.Kdh[layer, :, :, :td].swapaxes(-1, -2))  # (B, Hkv, g, td)
+            S = np.ascontiguousarray(Sd.transpose(1, 0, 2, 3))  # (Hkv, B, g, td)
+            if self._ev_w[layer, :, :, NWp:].any() or np.isneginf(bias[:, :, P:t]).any():
+                S += bias[:, :, None, P:t]
+            mo = m
+            mn = np.maximum(mo, S.max(-1))
+            shift = np.where(np.isfinite(mn), mn, np.float32(0))
+            alpha = np.exp(mo - shift)
+            S -= shift[..., None]
+            np.exp(S, out=S)
+            den = den * alpha + S.sum(-1)
+            o = np.matmul(S.transpose(1, 0, 2, 3), self.Vdh[layer, :, :, :td])  # (B, Hkv, g, hd)
+            acc = acc * alpha[..., None] + o.transpose(1, 0, 2, 3)
+            m = mn
+            if rec:
+                nd = -(-td // W)
+                ws = np.add.reduceat(S, np.arange(0, td, W), axis=-1) if td % W else \
+                    S.reshape(Hkv, B, g, nd, W).sum(-1)
+                win[..., NWp:NWp + nd] = ws * (np.exp(shift - m) / den)[..., None]
+        out = (acc / den[..., None]).transpose(1, 0, 2, 3)  # (B internal, Hkv, g, hd)
+        if rec:
+            for rows, w0, ws, shift in parts:
+                sel = slice(None) if rows is None else rows
+                f = np.exp(shift - m[:, sel]) / den[:, sel]
+                win[:, sel, :, w0:w0 + ws.shape[-1]] += ws * f[..., None]
+            wa = win.mean(2).transpose(1, 0, 2)  # (B internal, Hkv, NW)
+            self.win_attn[layer] = wa[self.pos]
+        return out[self.pos].reshape(B, Hkv * g, hd)
+
     def read_all(self, b: int, layer: int, t: int, bias: np.ndarray | None = None):
         """K, V (Hkv, t, hd) as stream ``b`` reads them and its mask (Hkv, t) (0 or -inf); ``bias``:
         the layer's mask (Hkv, B internal, >= t) to use instead of the stored one."""
@@ -325,16 +448,18 @@ class MultiStreamCache:
             out[..., nwp:] = np.matmul(qp, dmx.swapaxes(-1, -2)) + np.matmul(qn, dmn.swapaxes(-1, -2))
         return out.max(2)
 
-    def _digest_step(self, layer: int, q: np.ndarray, t: int, bias: np.ndarray) -> np.ndarray:
-        """ArkVale-style window estimates (``win_est``) and Quest page selection: returns the
-        attention bias (Hkv, B internal, t) with the windows loaded this step unmasked (a copy if
-        changed).  ``q`` and the bookkeeping (``tier``, ``loaded``, ``win_est``) are in the caller's
-        stream order; ``bias`` in the internal one."""
-        W, copied = self.W, False
+    def _digest_step(self, layer: int, q: np.ndarray, t: int):
+        """ArkVale-style window estimates (``win_est``) and Quest page selection: unmasks, in place in
+        the layer's stored mask, the windows loaded this step and returns their index
+        (Hkv, B internal, window) arrays for :meth:`attend` to mask them again after the step (None if
+        none).  ``q`` and the bookkeeping (``tier``, ``loaded``, ``win_est``) are in the caller's
+        stream order."""
+        W = self.W
         nw = -(-t // W)
         nc = t // W  # closed windows (the window holding token t-1 is open unless t % W == 0)
         rows = np.nonzero(self.digest_rows | (self.step_pages >= 0))[0]
         bound = self._bound(layer, q, rows, nw)  # (nb, Hkv, nw)
+        hs, bs, ws = [], [], []
         for j, b in enumerate(rows):
             if self.digest_rows[b]:
                 ntok = np.full(nw, float(W))
@@ -364,14 +489,15 @@ class MultiStreamCache:
                 self.recall_bytes[b] += n_new * self.F
             self.loaded[b, layer, :, :nc] = sel
             self.loaded[b, layer, :, nc:] = False
-            if sel.any():  # the loaded windows are attended exactly this step
-                if not copied:
-                    bias, copied = bias[:, :, :t].copy(), True
-                tok = np.zeros((self.Hkv, t), bool)
-                tok[:, :nc * W] = np.repeat(sel, W, axis=-1)
-                row = bias[:, self.pos[b], :t]  # a view
-                row[tok] = 0.0
-        return bias
+            h, w = np.nonzero(sel)  # the loaded windows are attended exactly this step
+            hs.append(h)
+            ws.append(w)
+            bs.append(np.full(len(h), self.pos[b]))
+        if not hs or not sum(len(h) for h in hs):
+            return None
+        idx = np.concatenate(hs), np.concatenate(bs), np.concatenate(ws)
+        self.bias.reshape(self.L, self.Hkv, self.B, self.NW, W)[layer][idx] = 0.0
+        return idx
 
     # -------------------------------------------------------------- tiers
     def _dec_view(self, X):

@@ -65,12 +65,48 @@ def check_run(run: dict) -> dict:
     return r
 
 
-def execute(run: dict, *, verbose: bool = True) -> dict:
-    """Run one entry; returns {table name: DataFrame}."""
-    from .corpora import load_document
-    from .experiment import policy_config
+_JOB = {}  # the run being executed, shared with forked worker processes (one document each)
+
+
+def _run_one(i: int):
+    """Run document ``i`` of the run in ``_JOB``: (summary rows, timings row)."""
     from .metrics import summarize_run
     from .runner import run_document
+
+    r, model, tok, docs, pcfg, verbose = (_JOB[k] for k in ("r", "model", "tok", "docs", "pcfg", "verbose"))
+    P, D, doc = int(r["prefill_tokens"]), int(r["decode_tokens"]), docs[i]
+    if verbose:
+        print(f"[{r['name']}] {doc.spec}: {P:,} + {D:,} tokens, {len(r['policies'])} policies x "
+              f"{len(r['budgets'])} budgets", flush=True)
+    spans = doc.answers if r.get("free_run") else ()
+    res = run_document(model, doc.tokens, P, D, r["policies"], r["budgets"], pcfg, verbose=verbose,
+                       free_run_spans=spans)
+    s = summarize_run(res, doc.spec, doc.answers)
+    s.insert(0, "model", r["model"])
+    s["redecisions_per_1000"] = res["redecisions"] / D * 1000
+    s["promotions_per_1000"] = s["promotions"] / D * 1000
+    s["free_run"] = bool(len(spans))
+    if len(spans):  # the generated answers, as text, per stream
+        s["generated"] = ["|".join(tok.decode(res["argmax"][a - P - 1:b - P - 1, i]) for a, b in spans)
+                          for i in range(len(res["streams"]))]
+    t = dict(model=r["model"], document=doc.spec, prefill_tokens=P, decode_tokens=D,
+             streams=len(res["streams"]), seconds_prefill=res["seconds_prefill"],
+             seconds_decode=res["seconds_decode"], seconds_per_step=res["seconds_decode"] / D)
+    return s, t
+
+
+def _worker(i: int):
+    from .runner import _blas_threads
+
+    with _blas_threads(1):  # one BLAS thread per process (prefill too): the processes share the cores
+        return _run_one(i)
+
+
+def execute(run: dict, *, verbose: bool = True, jobs: int = 1) -> dict:
+    """Run one entry; returns {table name: DataFrame}.  ``jobs`` > 1: the documents run in that many
+    forked processes at once (one BLAS thread each); the results do not depend on it."""
+    from .corpora import load_document
+    from .experiment import policy_config
 
     r = check_run(run)
     model, tok = load(r["model"])
@@ -81,27 +117,20 @@ def execute(run: dict, *, verbose: bool = True) -> dict:
     docs = [load_document(s, tok, P + D + 1, prefill_tokens=P, n_needles=r["n_needles"],
                           n_queries=r["n_queries"], seed=r["seed"])
             for s in r["documents"]]  # every document is checked before any run
-    rows, times = [], []
-    for doc in docs:
-        if verbose:
-            print(f"[{r['name']}] {doc.spec}: {P:,} + {D:,} tokens, {len(r['policies'])} policies x "
-                  f"{len(r['budgets'])} budgets", flush=True)
-        spans = doc.answers if r.get("free_run") else ()
-        res = run_document(model, doc.tokens, P, D, r["policies"], r["budgets"], pcfg, verbose=verbose,
-                           free_run_spans=spans)
-        s = summarize_run(res, doc.spec, doc.answers)
-        s.insert(0, "model", r["model"])
-        s["redecisions_per_1000"] = res["redecisions"] / D * 1000
-        s["promotions_per_1000"] = s["promotions"] / D * 1000
-        s["free_run"] = bool(len(spans))
-        if len(spans):  # the generated answers, as text, per stream
-            s["generated"] = ["|".join(tok.decode(res["argmax"][a - P - 1:b - P - 1, i]) for a, b in spans)
-                              for i in range(len(res["streams"]))]
-        rows.append(s)
-        times.append(dict(model=r["model"], document=doc.spec, prefill_tokens=P, decode_tokens=D,
-                          streams=len(res["streams"]), seconds_prefill=res["seconds_prefill"],
-                          seconds_decode=res["seconds_decode"], seconds_per_step=res["seconds_decode"] / D))
-    return dict(summary=pd.concat(rows, ignore_index=True), timings=pd.DataFrame(times))
+    _JOB.update(r=r, model=model, tok=tok, docs=docs, pcfg=pcfg, verbose=verbose)
+    try:
+        if jobs > 1 and len(docs) > 1:
+            import multiprocessing as mp
+            from concurrent.futures import ProcessPoolExecutor
+
+            with ProcessPoolExecutor(min(jobs, len(docs)), mp_context=mp.get_context("fork")) as ex:
+                out = list(ex.map(_worker, range(len(docs))))
+        else:
+            out = [_run_one(i) for i in range(len(docs))]
+    finally:
+        _JOB.clear()
+    return dict(summary=pd.concat([s for s, _ in out], ignore_index=True),
+                timings=pd.DataFrame([t for _, t in out]))
 
 
 def main(argv=None):
@@ -112,6 +141,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description="chapter 4's long-context runs -> results/<name>/")
     ap.add_argument("config", help="YAML with a list 'runs' (e.g. sweeps/qevict_long.yaml)")
     ap.add_argument("--only", nargs="*", help="names of the runs to execute (default: all)")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="documents run at once in forked processes, one BLAS thread each (default 1)")
     a = ap.parse_args(argv)
     with open(a.config) as fh:
         runs = yaml.safe_load(fh)["runs"]
@@ -126,10 +157,12 @@ def main(argv=None):
         t0 = time.perf_counter()
         modules = MODULES + [MODEL_MODULES[r["model"]]]
         before = code_hash(modules)  # the code that runs, not the code at the end
-        tables = execute(r)
+        tables = execute(r, jobs=a.jobs)
         if code_hash(modules) != before:
             raise SystemExit(f"{r['name']}: the code changed while it ran; run it again")
         cmd = f"python -m analysis.qevict.longrun {a.config} --only {r['name']}"
+        if a.jobs > 1:
+            cmd += f" --jobs {a.jobs}"
         path = write_artifact(r["name"], tables, modules=modules, command=cmd,
                               wall_seconds=time.perf_counter() - t0, params=r, notes=r.get("notes", ""))
         print(f"wrote {path} ({time.perf_counter() - t0:.0f} s)", flush=True)
