@@ -21,6 +21,15 @@ class Cfg:
         return self.n_heads // self.n_kv_heads
 
 
+def _step_inputs(cfg, n_streams, pos):
+    """Seeded key, value and query rows of one decoding step for ``n_streams`` streams."""
+    r = np.random.default_rng(pos)
+    k = r.standard_normal((n_streams, cfg.n_kv_heads, cfg.head_dim)).astype(np.float32)
+    v = r.standard_normal(k.shape).astype(np.float32)
+    q = r.standard_normal((n_streams, cfg.n_heads, cfg.head_dim)).astype(np.float32) / 4
+    return k, v, q
+
+
 def _caches(bits, P=128, W=16, D=40, block=32, seed=0, engine="sparse"):
     cfg = Cfg()
     rng = np.random.default_rng(seed)
@@ -59,10 +68,7 @@ def test_blocked_engine_equals_reference(bits, engine):
         if pos % W == 0:
             for c in (blk, ref):
                 _retier(c, pos, pos // W, bits)
-        r = np.random.default_rng(pos)
-        k = r.standard_normal((len(bits), cfg.n_kv_heads, cfg.head_dim)).astype(np.float32)
-        v = r.standard_normal(k.shape).astype(np.float32)
-        q = r.standard_normal((len(bits), cfg.n_heads, cfg.head_dim)).astype(np.float32) / 4
+        k, v, q = _step_inputs(cfg, len(bits), pos)
         for li in range(cfg.n_layers):
             outs = []
             for c in (blk, ref):
@@ -201,10 +207,7 @@ def test_blocked_engine_equals_reference_with_offloaded_windows_and_page_loads(e
         if pos % W == 0:
             for c in (blk, ref):
                 _retier_offload(c, pos, pos // W)
-        r = np.random.default_rng(pos)
-        k = r.standard_normal((len(bits), cfg.n_kv_heads, cfg.head_dim)).astype(np.float32)
-        v = r.standard_normal(k.shape).astype(np.float32)
-        q = r.standard_normal((len(bits), cfg.n_heads, cfg.head_dim)).astype(np.float32) / 4
+        k, v, q = _step_inputs(cfg, len(bits), pos)
         for li in range(cfg.n_layers):
             outs = []
             for c in (blk, ref):
