@@ -56,7 +56,7 @@ def _retier(c, rng_seed, nc, bits):
         c.set_tiers(b, t, promote="recall" if b % 3 else "dequant")
 
 
-@pytest.mark.parametrize("engine", ["sparse", "blocked"])
+@pytest.mark.parametrize("engine", ["fused", "sparse", "blocked"])
 @pytest.mark.parametrize("bits", [[0, 2, 4, 2, 0, 4], [0], [2, 2]])
 def test_blocked_engine_equals_reference(bits, engine):
     """Exact and dequantized prompt keys, quantized and evicted decoded windows, promotions by
@@ -190,7 +190,7 @@ def _retier_offload(c, rng_seed, nc):
         c.set_tiers(b, t)
 
 
-@pytest.mark.parametrize("engine", ["sparse", "blocked"])
+@pytest.mark.parametrize("engine", ["fused", "sparse", "blocked"])
 def test_blocked_engine_equals_reference_with_offloaded_windows_and_page_loads(engine):
     """OFFLOADED windows are masked unless recalled (set back to FULL) or loaded for one step by
     Quest's page selection (``step_pages``); streams with digests get window estimates.  The blocked
@@ -228,14 +228,14 @@ def test_blocked_engine_equals_reference_with_offloaded_windows_and_page_loads(e
     assert not np.any(blk.loaded[[0, 3]])  # streams without page selection load nothing per step
 
 
-def test_sparse_engine_skips_blocks_and_equals_blocked():
-    """The sparse engine gives a stream no product for a key block it reads at neither precision
+def test_sparse_engines_skip_blocks_and_equal_blocked():
+    """The sparse and fused engines give a stream no product for a key block it reads at neither precision
     (whole blocks evicted, or all quantized / all exact), and still equals the blocked engine;
     the skipped rows are really skipped (a NaN planted in keys only skipped rows would read
     stays out of every output)."""
     bits = [0, 2, 0, 4]
     outs = []
-    for engine in ("sparse", "blocked", "reference"):
+    for engine in ("sparse", "fused", "blocked", "reference"):
         cfg, (c, _) = _caches(bits, engine=engine)
         nw = c.P // c.W
         for b in range(4):
@@ -248,14 +248,74 @@ def test_sparse_engine_skips_blocks_and_equals_blocked():
         r = np.random.default_rng(3)
         q = r.standard_normal((4, cfg.n_heads, cfg.head_dim)).astype(np.float32) / 4
         kv = r.standard_normal((4, cfg.n_kv_heads, cfg.head_dim)).astype(np.float32)
-        if engine == "sparse":
+        if engine in ("sparse", "fused"):
             # streams 0 and 2 evicted block 1 and streams 1 and 3 read only dequantized keys: no
             # stream reads the exact keys of block 1, so a NaN there must not reach any output
             c.Kp[0, :, 32:48] = np.nan
         c.append(0, kv, kv, c.P)
         outs.append((c.attend(0, q, c.P), c.win_attn[0].copy()))
-    assert np.all(np.isfinite(outs[0][0]))
+    assert np.all(np.isfinite(outs[0][0])) and np.all(np.isfinite(outs[1][0]))
     for o in outs[1:]:
         np.testing.assert_allclose(outs[0][0], o[0], rtol=1e-4, atol=2e-5)
         np.testing.assert_allclose(outs[0][1], o[1], rtol=1e-4, atol=1e-6)
     assert np.all(outs[0][1][[0, 2], :, 2:4] == 0) and np.all(outs[0][1][[1, 3], :, 2:4] > 0)
+
+
+def test_kernel_exp_matches_numpy_and_underflows_to_zero():
+    """The fused kernel's float32 exp (Cephes polynomial) is within 2e-7 relative of exp on
+    [-86.9, 0] (numpy's float32 exp: 1.7e-7) and exactly 0 at and below -87 and at -inf (masked or
+    unread entries add nothing)."""
+    from analysis.qevict.kernels import exp_array
+
+    x = np.concatenate([-np.geomspace(1e-8, 86.9, 20001), [0.0, -87.5, -200.0, -np.inf]]).astype(np.float32)
+    got = exp_array(x)
+    ref = np.exp(x[:-3].astype(np.float64))
+    assert np.max(np.abs(got[:-3] - ref) / ref) < 2e-7
+    assert got[-4] == 1.0 and np.all(got[-3:] == 0.0)
+
+
+def test_fused_engine_does_not_depend_on_thread_count_or_chunk():
+    """Each task owns its streams' softmax state: one thread or two, chunks of 1 or 8 streams, the
+    same bits."""
+    import numba
+
+    from analysis.qevict import kernels
+
+    bits = [0, 2, 4, 2, 0, 4, 2]
+    cfg, (c, _) = _caches(bits, engine="fused")
+    _retier(c, 1, c.P // c.W, bits)
+    KT, VV, rp = c._fused_tensors()
+    r = np.random.default_rng(5)
+    Q = r.standard_normal((cfg.n_kv_heads, len(bits), cfg.group, cfg.head_dim)).astype(np.float32) / 4
+    code = np.where(c._lz_w[0, :, :, :c.NWp], rp[None, :, None], np.int8(0))
+    code[np.isneginf(c.bias[0][:, :, 0:c.P:c.W])] = -1
+    assert (code == -1).any() and (code == 0).any() and (code > 0).any()
+    outs = []
+    before = numba.get_num_threads()
+    try:
+        for threads, chunk in ((1, 1), (min(2, numba.config.NUMBA_NUM_THREADS), 8), (1, 3)):
+            numba.set_num_threads(threads)
+            o = [np.empty((cfg.n_kv_heads, len(bits), cfg.group), np.float32) for _ in range(2)]
+            o.append(np.empty((cfg.n_kv_heads, len(bits), cfg.group, cfg.head_dim), np.float32))
+            o += [np.empty((cfg.n_kv_heads, len(bits), cfg.group, c.NWp), np.float32) for _ in range(2)]
+            kernels.prompt_attention(Q, KT[0], VV[0], code, *o, chunk=chunk)
+            outs.append(o)
+    finally:
+        numba.set_num_threads(before)
+    for o in outs[1:]:
+        for a, b in zip(outs[0], o):
+            assert np.array_equal(a, b)
+
+
+def test_kernel_rejects_mismatched_inputs():
+    from analysis.qevict import kernels
+
+    Q = np.zeros((1, 2, 1, 4), np.float32)
+    KT = np.zeros((1, 1, 3, 4, 8), np.float32)
+    VV = np.zeros((1, 1, 3, 8, 4), np.float32)
+    out = [np.empty((1, 2, 1), np.float32)] * 2 + [np.empty((1, 2, 1, 4), np.float32)] + \
+        [np.empty((1, 2, 1, 3), np.float32)] * 2
+    with pytest.raises(ValueError, match="precision index"):
+        kernels.prompt_attention(Q, KT, VV, np.ones((1, 2, 3), np.int8), *out)
+    with pytest.raises(ValueError, match="shapes do not match"):
+        kernels.prompt_attention(Q, KT, VV[:, :, :2], np.zeros((1, 2, 3), np.int8), *out)

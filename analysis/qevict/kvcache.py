@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .kernels import prompt_attention
 from .quant import full_window_bytes, quant_window_bytes, quantize_keys, quantize_values
 
 FULL, QUANT, EVICTED, OFFLOADED = 0, 1, 2, 3
@@ -63,16 +64,18 @@ def digest_window_bytes(head_dim: int) -> int:
     return 2 * head_dim * DIGEST_BYTES_PER_ELEM
 SCORE_BLOCK_BYTES = 1 << 21  # target size of one block of scores (all streams, one layer)
 SPARSE_BLOCK = 512  # keys per block of the "sparse" engine: smaller blocks skip more streams
-ENGINES = ("sparse", "blocked", "reference")
+ENGINES = ("fused", "sparse", "blocked", "reference")
 
 
 class MultiStreamCache:
     def __init__(self, cfg, n_streams: int, prompt_k, prompt_v, max_tokens: int, window: int,
-                 bits, group: int, record_attention: bool = True, engine: str = "sparse",
+                 bits, group: int, record_attention: bool = True, engine: str = "fused",
                  block: int | None = None):
         """prompt_k/v: lists over layers of (Hkv, P, hd) arrays; P must be a multiple of ``window``.
         bits: per stream quantization bit width (0 for streams that never quantize).
-        engine: "sparse" (shared-tensor GEMMs over key blocks, each only for the streams that read
+        engine: "fused" (compiled: each stream's scores, softmax and values computed only on the
+        windows it reads, one pass over each shared window of keys; ``kernels.prompt_attention``),
+        "sparse" (shared-tensor GEMMs over key blocks, each only for the streams that read
         the block at that precision, online softmax), "blocked" (every stream against every block,
         then masked: the previous engine) or "reference" (one stream at a time, for tests).
         block: keys per block (default: ~2 MiB of scores, at most SPARSE_BLOCK tokens for "sparse")."""
@@ -188,6 +191,8 @@ class MultiStreamCache:
         try:
             if self.engine == "reference":
                 return self.attend_reference(layer, q, pos, bias)
+            if self.engine == "fused":
+                return self._attend_fused(layer, q, pos, bias)
             if self.engine == "sparse":
                 return self._attend_sparse(layer, q, pos, bias)
             return self._attend_blocked(layer, q, pos, bias)
@@ -386,6 +391,70 @@ class MultiStreamCache:
                 win[:, sel, :, w0:w0 + ws.shape[-1]] += ws * f[..., None]
             wa = win.mean(2).transpose(1, 0, 2)  # (B internal, Hkv, NW)
             self.win_attn[layer] = wa[self.pos]
+        return out[self.pos].reshape(B, Hkv * g, hd)
+
+    def _fused_tensors(self):
+        """The prompt's keys (transposed per window) and values at every precision the streams read,
+        stacked for the compiled kernel: (L, 1 + bit widths, Hkv, NWp, hd, W) and (.., W, hd); and each
+        internal row's precision index when it reads a lossy window (0: it never quantizes)."""
+        key = tuple(b for b, _, _ in self.groups)
+        if getattr(self, "_fused_key", None) != key:
+            L, Hkv, NWp, W, hd = self.L, self.Hkv, self.NWp, self.W, self.hd
+            Ks = [self.Kp] + [self.Kq[b] for b in key]
+            Vs = [self.Vp] + [self.Vq[b] for b in key]
+            self._KT = np.ascontiguousarray(np.stack(Ks, 1).reshape(L, len(Ks), Hkv, NWp, W, hd)
+                                            .transpose(0, 1, 2, 3, 5, 4))
+            self._VV = np.stack(Vs, 1).reshape(L, len(Vs), Hkv, NWp, W, hd)
+            self._row_prec = np.zeros(self.B, np.int8)
+            for k, (_, r0, r1) in enumerate(self.groups):
+                self._row_prec[r0:r1] = k + 1
+            self._fused_key = key
+        return self._KT, self._VV, self._row_prec
+
+    def _attend_fused(self, layer: int, q: np.ndarray, pos: int, bias: np.ndarray) -> np.ndarray:
+        """Prompt attention in the compiled kernel (only the windows each stream reads, at the precision
+        it reads them), then each stream's own decoded tokens in numpy, through the same softmax state."""
+        t = pos + 1
+        P, B, Hkv, g, hd, W, NWp = self.P, self.B, self.Hkv, self.g, self.hd, self.W, self.NWp
+        td = t - P
+        KT, VV, row_prec = self._fused_tensors()
+        qi = q[self.order].reshape(B, Hkv, g, hd)
+        Q4 = np.ascontiguousarray(qi.transpose(1, 0, 2, 3), dtype=np.float32)  # (Hkv, B, g, hd)
+        masked_w = np.isneginf(bias[:, :, 0:P:W])  # (Hkv, B, NWp): evicted, or offloaded and not loaded
+        code = np.where(self._lz_w[layer, :, :, :NWp], row_prec[None, :, None], np.int8(0))
+        code[masked_w] = -1
+        m = np.empty((Hkv, B, g), np.float32)
+        den = np.empty_like(m)
+        acc = np.empty((Hkv, B, g, hd), np.float32)
+        ws = np.empty((Hkv, B, g, NWp), np.float32)
+        wsh = np.empty_like(ws)
+        prompt_attention(Q4, KT[layer], VV[layer], code, m, den, acc, ws, wsh)
+        rec = self.record_attention
+        if td > 0:  # each stream's own decoded tokens
+            Sd = np.matmul(qi, self.Kdh[layer, :, :, :td].swapaxes(-1, -2))  # (B, Hkv, g, td)
+            S = np.ascontiguousarray(Sd.transpose(1, 0, 2, 3))  # (Hkv, B, g, td)
+            if self._ev_w[layer, :, :, NWp:].any() or np.isneginf(bias[:, :, P:t]).any():
+                S += bias[:, :, None, P:t]
+            mo = m
+            mn = np.maximum(mo, S.max(-1))
+            shift = np.where(np.isfinite(mn), mn, np.float32(0))
+            alpha = np.exp(mo - shift)
+            S -= shift[..., None]
+            np.exp(S, out=S)
+            den = den * alpha + S.sum(-1)
+            o = np.matmul(S.transpose(1, 0, 2, 3), self.Vdh[layer, :, :, :td])  # (B, Hkv, g, hd)
+            acc = acc * alpha[..., None] + o.transpose(1, 0, 2, 3)
+            m = mn
+        out = (acc / den[..., None]).transpose(1, 0, 2, 3)  # (B internal, Hkv, g, hd)
+        if rec:
+            win = np.zeros((Hkv, B, g, self.NW), np.float32)
+            win[..., :NWp] = ws * (np.exp(wsh - m[..., None]) / den[..., None])
+            if td > 0:
+                nd = -(-td // W)
+                wd = np.add.reduceat(S, np.arange(0, td, W), axis=-1) if td % W else \
+                    S.reshape(Hkv, B, g, nd, W).sum(-1)
+                win[..., NWp:NWp + nd] = wd * (np.exp(shift - m) / den)[..., None]
+            self.win_attn[layer] = win.mean(2).transpose(1, 0, 2)[self.pos]
         return out[self.pos].reshape(B, Hkv * g, hd)
 
     def read_all(self, b: int, layer: int, t: int, bias: np.ndarray | None = None):

@@ -22,7 +22,7 @@ MODELS = ("smollm2", "gemma3-270m")
 MODULES = ["analysis.qevict.runner", "analysis.qevict.kvcache", "analysis.qevict.policies",
            "analysis.qevict.quant", "analysis.qevict.corpora", "analysis.qevict.tokenizer",
            "analysis.qevict.metrics",
-           "analysis.qevict.longrun"]
+           "analysis.qevict.longrun", "analysis.qevict.kernels"]
 MODEL_MODULES = {"smollm2": "analysis.qevict.gguf_model", "gemma3-270m": "analysis.qevict.gemma_model"}
 CONTEXT = {"smollm2": 8192, "gemma3-270m": 32768}
 
@@ -96,8 +96,11 @@ def _run_one(i: int):
 
 
 def _worker(i: int):
+    import numba
+
     from .runner import _blas_threads
 
+    numba.set_num_threads(1)  # the compiled attention kernel too: one thread per process
     with _blas_threads(1):  # one BLAS thread per process (prefill too): the processes share the cores
         return _run_one(i)
 

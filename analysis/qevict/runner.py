@@ -104,7 +104,7 @@ def stream_list(policies, budgets, include_full: bool = True):
 def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policies, budgets,
                  pcfg: PolicyConfig, *, verbose: bool = False, record_tiers: bool = False,
                  include_full: bool = True, overrides: dict | None = None, extra_streams=(),
-                 engine: str = "sparse", free_run_spans=()) -> dict:
+                 engine: str = "fused", free_run_spans=()) -> dict:
     """Run all streams on ``tokens`` (at least prefill + decode + 1 tokens).
 
     ``overrides``: {(policy, frac): PolicyConfig} replacing ``pcfg`` for those streams (settings
