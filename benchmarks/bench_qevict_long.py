@@ -9,8 +9,9 @@
   context: 7,168 + 1,024) in <= 10 min on 2 cores.  Reports the time per decoding step against the
   bytes a step must read (the shared prompt K/V once, plus one dequantized copy per bit width, each
   stream's own decoded K/V, and the float32 weights) divided by the measured memory read bandwidth,
-  and against the FLOPs it multiplies (weights, and the attention rows x keys the "sparse" engine
-  computes) divided by the single-thread matmul rate at the step's shapes; per-phase times
+  and against the FLOPs it multiplies (weights, and the attention rows x keys the engine computes:
+  the "fused" default only the windows each stream reads, "sparse" whole 512-key blocks) divided by
+  the single-thread matmul rate at the step's shapes; per-phase times
   (attention, LM head, projections/MLP, the policies' bookkeeping).
 * ``prefill``: the numpy forward with attention capture against the same-shape matrix products
   (``bench_qevict_forward.matmul_reference``); target >= 50% at 8K.
@@ -84,10 +85,11 @@ def gemm_rate(B: int, cfg, repeat: int = 3) -> float:
 
 
 def attention_flops(cache, pos: int) -> tuple:
-    """(FLOPs the "sparse" engine multiplies, FLOPs of the keys each stream reads) of one layer's
+    """(FLOPs the cache's engine multiplies, FLOPs of the keys each stream reads) of one layer's
     attention at position ``pos``, from the cache's current tiers: scores and values, 2 x 2 x rows x
-    keys x head_dim each.  The engine's count is per key block: a stream's rows count for a block if
-    it reads any of its windows at that precision (exact, or dequantized at its bit width)."""
+    keys x head_dim each.  The "fused" engine multiplies only the keys each stream reads; the
+    "sparse" engine's count is per key block: a stream's rows count for a block if it reads any of its
+    windows at that precision (exact, or dequantized at its bit width)."""
     from analysis.qevict.kvcache import EVICTED, OFFLOADED
 
     P, W, g, hd = cache.P, cache.W, cache.g, cache.hd
@@ -97,6 +99,8 @@ def attention_flops(cache, pos: int) -> tuple:
     read = (tier != EVICTED) & (tier != OFFLOADED)
     lz = cache.lossy[:, :, :, : P // W]
     useful = (read.sum() / cache.L * W / cache.Hkv + cache.B * (t - P)) * per_key
+    if cache.engine == "fused":
+        return useful, useful
     bw = cache.block // W
     starts = np.arange(0, P // W, bw)
     ex = np.logical_or.reduceat(read & ~lz, starts, axis=-1).any(2)  # (B, L, blocks)
@@ -165,7 +169,8 @@ def bench_decode(a):
     w_flops = 2 * B * n_weights(model)  # projections and the (tied) LM head: 2 FLOPs per weight and row
     ph = {k: v / D for k, v in timers.items()}
     other = ph["step"] - ph["attend"] - ph["lm_head"]
-    print(f"{a.prefill:,} prefill + {D:,} decode, {B} streams: total {wall:.0f} s (target <= 600 s at "
+    print(f"engine {holder['c'].engine!r}; {a.prefill:,} prefill + {D:,} decode, {B} streams:")
+    print(f"total {wall:.0f} s (target <= 600 s at "
           f"7,168 + 1,024); prefill {r['seconds_prefill']:.0f} s   ({load()})")
     print(f"decode {per * 1e3:.0f} ms/step (target <= 500): attention {ph['attend'] * 1e3:.0f} ms, "
           f"LM head {ph['lm_head'] * 1e3:.0f} ms, projections/MLP/norms {other * 1e3:.0f} ms, "

@@ -5,9 +5,13 @@
 Each entry of the YAML's ``runs`` is one artifact ``results/<name>/``: a ``summary`` table (one row
 per document, policy and budget: the outcomes of :func:`analysis.qevict.metrics.summarize_run` plus
 re-decisions and promotions per 1,000 decoding steps) and a ``timings`` table, with provenance
-(:mod:`analysis.artifacts`).  Models: ``smollm2`` (SmolLM2-135M, 8,192-token context) and
-``gemma3-270m`` (Gemma 3 270M, 32,768; the policies manage its global layers).  Bad input is
-rejected before any work: a context above the model's maximum, a document too short.
+(:mod:`analysis.artifacts`); with ``tuned_settings`` (default: chapter 4's ``results/qevict_tuned.json``;
+``none`` for the hand-set knobs) QEvict and MiKV run with the settings frozen there, the evaluation
+documents are checked to share no 32-token run with the tuning documents before any work, and a
+``settings`` table records the settings each stream used and the file's sha256.  Models: ``smollm2``
+(SmolLM2-135M, 8,192-token context) and ``gemma3-270m`` (Gemma 3 270M, 32,768; the policies manage its
+global layers).  Bad input is rejected before any work: a context above the model's maximum, a document
+too short, a budget the settings file did not tune, an evaluation document overlapping a tuning one.
 """
 from __future__ import annotations
 
@@ -80,7 +84,7 @@ def _run_one(i: int):
               f"{len(r['budgets'])} budgets", flush=True)
     spans = doc.answers if r.get("free_run") else ()
     res = run_document(model, doc.tokens, P, D, r["policies"], r["budgets"], pcfg, verbose=verbose,
-                       free_run_spans=spans)
+                       free_run_spans=spans, overrides=_JOB.get("overrides"))
     s = summarize_run(res, doc.spec, doc.answers)
     s.insert(0, "model", r["model"])
     s["redecisions_per_1000"] = res["redecisions"] / D * 1000
@@ -120,7 +124,8 @@ def execute(run: dict, *, verbose: bool = True, jobs: int = 1) -> dict:
     docs = [load_document(s, tok, P + D + 1, prefill_tokens=P, n_needles=r["n_needles"],
                           n_queries=r["n_queries"], seed=r["seed"])
             for s in r["documents"]]  # every document is checked before any run
-    _JOB.update(r=r, model=model, tok=tok, docs=docs, pcfg=pcfg, verbose=verbose)
+    over, settings = frozen_settings(r, tok, pcfg, docs)
+    _JOB.update(r=r, model=model, tok=tok, docs=docs, pcfg=pcfg, verbose=verbose, overrides=over)
     try:
         if jobs > 1 and len(docs) > 1:
             import multiprocessing as mp
@@ -132,8 +137,40 @@ def execute(run: dict, *, verbose: bool = True, jobs: int = 1) -> dict:
             out = [_run_one(i) for i in range(len(docs))]
     finally:
         _JOB.clear()
-    return dict(summary=pd.concat([s for s, _ in out], ignore_index=True),
-                timings=pd.DataFrame([t for _, t in out]))
+    tables = dict(summary=pd.concat([s for s, _ in out], ignore_index=True),
+                  timings=pd.DataFrame([t for _, t in out]))
+    if settings is not None:
+        tables["settings"] = settings
+    return tables
+
+
+def frozen_settings(r: dict, tok, pcfg, docs):
+    """(overrides for :func:`run_document`, table of the settings used) from the run's
+    ``tuned_settings`` file, or (None, None) for ``none``.  Fails before any run if a budget was not
+    tuned or an evaluation document shares a 32-token run with a tuning document."""
+    import dataclasses
+    import hashlib
+
+    from . import tuning
+    from .corpora import load_document
+    from .params import PARAMS
+
+    path = r.get("tuned_settings", "none")
+    if path in (None, "none"):
+        return None, None
+    tuned = tuning.load(path)
+    over = tuning.overrides(tuned, pcfg, r["policies"], r["budgets"])
+    tP, tD = tuned["prefill_tokens"], tuned["decode_tokens"]
+    nn, nq, seed = (PARAMS[k].default for k in ("n_needles", "n_queries", "seed"))  # as the search built them
+    tdocs = {s: load_document(s, tok, tP + tD + 1, prefill_tokens=tP, n_needles=nn, n_queries=nq,
+                              seed=seed).tokens for s in tuned["tuning_documents"]}
+    tuning.check_disjoint(tdocs, {d.spec: d.tokens for d in docs})
+    with open(path, "rb") as fh:
+        sha = hashlib.sha256(fh.read()).hexdigest()
+    rows = [dict(policy=pol, budget=float(f), tuned_settings=str(path), tuned_sha256=sha,
+                 **{k: v for k, v in dataclasses.asdict(c).items() if k in tuned["tuned_knobs"].get(pol, ())})
+            for (pol, f), c in sorted(over.items())]
+    return over, pd.DataFrame(rows)
 
 
 def main(argv=None):
