@@ -4,7 +4,11 @@
 
 Each entry of the YAML's ``runs`` is one artifact ``results/<name>/``: a ``summary`` table (one row
 per document, policy and budget: the outcomes of :func:`analysis.qevict.metrics.summarize_run` plus
-re-decisions and promotions per 1,000 decoding steps) and a ``timings`` table, with provenance
+re-decisions and promotions per 1,000 decoding steps), a ``timings`` table, a ``drift`` table (one row
+per document: the declared drift statistic, Global LIR and budget-relative LIR against the block-shuffled
+null, :func:`analysis.qevict.metrics.document_drift`) and ``drift_ends`` (the statistic's relative
+excess at the ends of the drift rule's sensitivities declared in data/claims.yaml that need the
+attention itself), with provenance
 (:mod:`analysis.artifacts`); with ``tuned_settings`` (default: chapter 4's ``results/qevict_tuned.json``;
 ``none`` for the hand-set knobs) QEvict and MiKV run with the settings frozen there, the evaluation
 documents are checked to share no 32-token run with the tuning documents before any work, and a
@@ -26,7 +30,9 @@ MODELS = ("smollm2", "gemma3-270m")
 MODULES = ["analysis.qevict.runner", "analysis.qevict.kvcache", "analysis.qevict.policies",
            "analysis.qevict.quant", "analysis.qevict.corpora", "analysis.qevict.tokenizer",
            "analysis.qevict.metrics",
-           "analysis.qevict.longrun", "analysis.qevict.kernels"]
+           "analysis.qevict.longrun", "analysis.qevict.kernels", "analysis.qevict.verdicts"]
+# the drift rule's sensitivities that need each document's attention (the others act on the table)
+DRIFT_ENDS = {"top share of windows": "budget", "shuffle block (steps)": "block"}
 MODEL_MODULES = {"smollm2": "analysis.qevict.gguf_model", "gemma3-270m": "analysis.qevict.gemma_model"}
 CONTEXT = {"smollm2": 8192, "gemma3-270m": 32768}
 
@@ -96,7 +102,34 @@ def _run_one(i: int):
     t = dict(model=r["model"], document=doc.spec, prefill_tokens=P, decode_tokens=D,
              streams=len(res["streams"]), seconds_prefill=res["seconds_prefill"],
              seconds_decode=res["seconds_decode"], seconds_per_step=res["seconds_decode"] / D)
-    return s, t
+    dr, ends = drift_tables(res["attn_full"], doc, r)
+    return s, t, dr, ends
+
+
+def drift_tables(attn_full, doc, r: dict):
+    """(one row of drift measurements, rows of the relative excess at the declared sensitivity ends)
+    of one document, from the full cache's attention (chapter 4's drift rule, ``ch4_drift``)."""
+    from analysis.claims import rule
+
+    from .metrics import document_drift
+    from .verdicts import drift_excess
+
+    P, W = int(r["prefill_tokens"]), int(r["window_tokens"])
+    sink, seed = int(r["sink_windows"]), int(r["seed"])
+    d = document_drift(attn_full, P, W, gap=int(r["lir_gap_steps"]), tau=float(r["lir_tau"]),
+                       sink_windows=sink, seed=seed)
+    row = dict(model=r["model"], document=doc.spec, genre=doc.kind, **d)
+    ends = []
+    for sens in rule("ch4_drift").get("sensitivity") or []:
+        kw = DRIFT_ENDS.get(sens["name"])
+        if kw is None:
+            continue
+        for end in ("low", "high"):
+            v = sens[end]
+            ends.append(dict(model=r["model"], document=doc.spec, genre=doc.kind, sensitivity=sens["name"],
+                             end=end, value=float(v), rel_excess=drift_excess(
+                                 attn_full, P, W, sink, seed=seed, **{kw: type(sens["default"])(v)})))
+    return row, ends
 
 
 def _worker(i: int):
@@ -137,8 +170,10 @@ def execute(run: dict, *, verbose: bool = True, jobs: int = 1) -> dict:
             out = [_run_one(i) for i in range(len(docs))]
     finally:
         _JOB.clear()
-    tables = dict(summary=pd.concat([s for s, _ in out], ignore_index=True),
-                  timings=pd.DataFrame([t for _, t in out]))
+    tables = dict(summary=pd.concat([o[0] for o in out], ignore_index=True),
+                  timings=pd.DataFrame([o[1] for o in out]),
+                  drift=pd.DataFrame([o[2] for o in out]),
+                  drift_ends=pd.DataFrame([e for o in out for e in o[3]]))
     if settings is not None:
         tables["settings"] = settings
     return tables
