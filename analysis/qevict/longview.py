@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -74,3 +75,104 @@ def long_rule_tables(arts, policy: str = "qevict_recall", genre_labels: dict | N
         for r in g.to_dict("records"):
             rows.append(dict(head, scope=r.pop("genre"), **r, min_docs=QEVICT_RULE["min_docs"]))
     return pd.DataFrame(rows)
+
+
+MAIN_PREFIX = "qevict_long_main_"  # issue 14's main comparison: one artifact per architecture
+
+
+def main_comparison(arts):
+    """The main comparison's committed runs pooled over architectures, each (document, model) one
+    unit of the declared rules (the document spec gets `` [model]`` appended, so its genre stays its
+    prefix): dict(names, models, stale (names of stale ones), summary, drift, drift_ends), or None when
+    no main run is committed.  Rows are sorted by (model, document) so the bootstrap is reproducible."""
+    main = [a for a in arts if a.name.startswith(MAIN_PREFIX)]
+    if not main:
+        return None
+    out = dict(names=[a.name for a in main], stale=[a.name for a in main if a.stale], models=[])
+    for key in ("summary", "drift", "drift_ends"):
+        parts = []
+        for a in main:
+            if key not in a.tables:
+                continue
+            t = a.tables[key].copy()
+            t["document"] = t.document + " [" + t.model.astype(str) + "]"
+            parts.append(t)
+        t = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+        if len(t):
+            t = t.sort_values(["model", "document"], kind="stable").reset_index(drop=True)
+        out[key] = t
+    s = out["summary"]
+    out["models"] = list(dict.fromkeys(s.model.astype(str))) if len(s) else []
+    if len(s) and "genre" not in s:
+        s.insert(2, "genre", s.document.str.split(":").str[0])
+    return out
+
+
+def drift_table_recompute(rel_excess, ends: pd.DataFrame, n_boot: int = 2000, seed: int = 0):
+    """``recompute(name, value)`` for :func:`analysis.claims.evaluate` on the drift claim from committed
+    tables: ``rel_excess`` per document at the declared rule, ``ends`` (a long run's ``drift_ends``:
+    the relative excess per document at each attention-dependent sensitivity end).  Alpha and the
+    minimum effect act on ``rel_excess`` as :func:`analysis.qevict.verdicts.drift_recompute` does."""
+    from .metrics import DRIFT_RULE, drift_rule_verdict
+
+    rel0 = np.asarray(rel_excess, float)
+
+    def lo(rel, alpha=DRIFT_RULE["alpha"]):
+        return drift_rule_verdict(rel, n_boot, seed, alpha)["lo"]
+
+    def recompute(name, value):
+        if name == "alpha":
+            return lo(rel0, float(value))
+        if name == "minimum effect":
+            return lo(rel0) - float(value)
+        e = ends[(ends.sensitivity == name) & np.isclose(ends.value.astype(float), float(value))] \
+            if len(ends) else ends
+        if len(e) != len(rel0):
+            raise KeyError(f"the committed runs have the drift statistic at {name} = {value} for {len(e)} of "
+                           f"{len(rel0)} documents; declare the end before `make long` and rerun it")
+        return lo(e.rel_excess.values)
+    return recompute
+
+
+def drift_by_scope(drift: pd.DataFrame, genre_labels: dict | None = None, n_boot: int = 2000,
+                   seed: int = 0) -> pd.DataFrame:
+    """The drift rule (:func:`analysis.qevict.metrics.drift_rule_verdict`) over all documents, per
+    model and per genre: one row per scope with its documents, the mean relative excess, its interval
+    and the rule's verdict (not testable below the rule's minimum of documents)."""
+    from .metrics import drift_rule_verdict
+
+    d = drift.copy()
+    d["genre"] = d.document.str.split(":").str[0]
+    labels = genre_labels or {}
+    scopes = [("both", "all genres", d)]
+    scopes += [(m, "all genres", g) for m, g in d.groupby("model", sort=False)]
+    scopes += [("both", labels.get(k, k), g) for k, g in d.groupby("genre", sort=False)]
+    rows = []
+    for model, scope, g in scopes:
+        v = drift_rule_verdict(g.miss_rel_excess.values, n_boot, seed)
+        rows.append(dict(model=model, scope=scope, documents=int(v["n_docs"]), mean=v["mean"], lo=v["lo"],
+                         hi=v["hi"], verdict=v["verdict"]))
+    return pd.DataFrame(rows)
+
+
+def qevict_by_scope(summary: pd.DataFrame, policy: str, baselines, genre_labels: dict | None = None):
+    """The declared QEvict rule on the pooled main comparison: over all units, per model, and per genre
+    (both models pooled).  Returns (table: one row per (model, genre) with units and outcome counts,
+    {(model, genre): (share, recompute, missing)} for :func:`analysis.claims.evaluate`)."""
+    from .metrics import QEVICT_RULE
+    from .verdicts import missing_documents, qevict_recompute, qevict_value
+
+    labels = genre_labels or {}
+    scopes = [("both", "all genres", summary)]
+    scopes += [(m, "all genres", d) for m, d in summary.groupby("model", sort=False)]
+    scopes += [("both", labels.get(g, g), d) for g, d in summary.groupby("genre", sort=False)]
+    rows, extra = [], {}
+    for model, scope, d in scopes:
+        n = int(d.document.nunique())
+        share, _, R = qevict_value(d, policy, baselines)
+        c = R.outcome.value_counts() if len(R) and "outcome" in R else pd.Series(dtype=int)
+        counts = {k: int(c.get(k, 0)) for k in ("better", "not worse", "worse", "unclear")}
+        rows.append({"model": model, "genre": scope, "units": n, **counts, "share": share})
+        extra[(model, scope)] = (share, qevict_recompute(d, policy, baselines),
+                                 missing_documents(n, QEVICT_RULE["min_docs"], "(document, model) units"))
+    return pd.DataFrame(rows), extra

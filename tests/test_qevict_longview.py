@@ -1,0 +1,79 @@
+"""Chapter 4's main comparison pooled over architectures (analysis.qevict.longview): units, scopes,
+and the drift rule's sensitivity ends read from committed tables."""
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.qevict.longview import (drift_by_scope, drift_table_recompute, main_comparison,
+                                      qevict_by_scope)
+from analysis.qevict.metrics import drift_rule_verdict
+
+DOCS = ["code:a", "code:b", "tests:c", "tests:d"]
+
+
+def _summary(model, seed, recall_gain):
+    r = np.random.default_rng(seed)
+    rows = []
+    for d in DOCS:
+        base = r.uniform(0.2, 0.4)
+        for b in (0.1, 0.2, 0.35, 0.5):
+            for p, f in (("full", 0.0), ("h2o", 1.0), ("kivi2", 1.2), ("qevict_recall", 1.0 - recall_gain)):
+                rows.append(dict(model=model, document=d, policy=p, budget=b,
+                                 kl=0.0 if p == "full" else base * f * (1 - b) * r.uniform(0.97, 1.03)))
+    return pd.DataFrame(rows)
+
+
+def _drift(model, rel):
+    return pd.DataFrame(dict(model=model, document=DOCS, miss_rel_excess=rel, global_lir_observed=0.1))
+
+
+def _art(name, model, seed, gain, rel, stale=False):
+    ends = pd.DataFrame([dict(model=model, document=d, sensitivity="top share of windows", end=e, value=v,
+                              rel_excess=x * f) for d, x in zip(DOCS, rel)
+                         for e, v, f in (("low", 0.10, 0.5), ("high", 0.35, 2.0))])
+    return SimpleNamespace(name=name, stale=stale, tables=dict(summary=_summary(model, seed, gain),
+                                                               drift=_drift(model, rel), drift_ends=ends))
+
+
+def test_main_comparison_pools_units_over_models_and_keeps_genres():
+    arts = [_art("qevict_long_main_a", "m1", 0, 0.3, [0.1, 0.2, 0.15, 0.05]),
+            _art("qevict_long_main_b", "m2", 1, 0.3, [0.12, 0.1, 0.2, 0.08]),
+            _art("qevict_long_other", "m1", 2, 0.0, [0.0] * 4)]
+    M = main_comparison(arts)
+    assert M["names"] == ["qevict_long_main_a", "qevict_long_main_b"] and M["models"] == ["m1", "m2"]
+    S = M["summary"]
+    assert S.document.nunique() == 8 and set(S.genre) == {"code", "tests"}  # same spec, two models: 2 units
+    assert list(M["drift"].document) == sorted(M["drift"].document, key=lambda d: (d[-3:], d))
+    t, extra = qevict_by_scope(S, "qevict_recall", ["h2o", "kivi2"], {"code": "source code"})
+    assert list(zip(t.model, t.genre, t.units)) == [("both", "all genres", 8), ("m1", "all genres", 4),
+                                                    ("m2", "all genres", 4), ("both", "source code", 4),
+                                                    ("both", "tests", 4)]
+    assert t.iloc[0].better == 8  # 30% lower KL than both baselines at all 4 budgets, on 8 units
+    assert extra[("both", "all genres")][0] == 1.0
+    assert main_comparison([arts[2]]) is None
+    assert main_comparison([_art("qevict_long_main_a", "m1", 0, 0.3, [0.1] * 4, stale=True)])["stale"]
+
+
+def test_drift_table_recompute_reads_the_committed_ends():
+    rel = np.array([0.1, 0.2, 0.15, 0.05, 0.12, 0.1, 0.2, 0.08])
+    ends = pd.concat([_art("x", m, 0, 0, rel[i * 4:(i + 1) * 4]).tables["drift_ends"] for i, m in enumerate("ab")])
+    rc = drift_table_recompute(rel, ends, n_boot=500, seed=0)
+    lo = drift_rule_verdict(rel, 500, 0)["lo"]
+    assert rc("minimum effect", 0.05) == pytest.approx(lo - 0.05)
+    assert rc("alpha", 0.01) < lo < rc("alpha", 0.10)
+    assert rc("top share of windows", 0.35) == pytest.approx(drift_rule_verdict(2 * rel, 500, 0)["lo"])
+    with pytest.raises(KeyError, match="shuffle block"):
+        rc("shuffle block (steps)", 4)  # not committed: a clear error, not a silent default
+
+
+def test_drift_by_scope_tests_pooled_genres():
+    d = pd.concat([_drift("m1", [0.1, 0.2, -0.3, -0.2]), _drift("m2", [0.12, 0.1, -0.1, -0.25])])
+    d["document"] = d.document + " [" + d.model + "]"
+    t = drift_by_scope(d, n_boot=500)
+    assert list(zip(t.model, t.scope, t.documents)) == [("both", "all genres", 8), ("m1", "all genres", 4),
+                                                        ("m2", "all genres", 4), ("both", "code", 4),
+                                                        ("both", "tests", 4)]
+    assert t.set_index("scope").loc["code", "verdict"] == "reproduced"
+    assert t.set_index("scope").loc["tests", "verdict"] == "not reproduced"
