@@ -77,3 +77,13 @@ def test_drift_by_scope_tests_pooled_genres():
                                                         ("both", "tests", 4)]
     assert t.set_index("scope").loc["code", "verdict"] == "reproduced"
     assert t.set_index("scope").loc["tests", "verdict"] == "not reproduced"
+
+
+def test_budget_trend_finds_the_steps_where_kl_rises():
+    from analysis.qevict.longview import budget_trend
+
+    s = pd.DataFrame(dict(model=["a"] * 4 + ["b"] * 4, policy="p", budget=[0.1, 0.2, 0.35, 0.5] * 2,
+                          kl=[0.3, 0.2, 0.01, 0.05, 0.3, 0.2, 0.1, 0.0]))
+    t = budget_trend(s, "p")
+    assert t.loc["a", "rises"] == [(0.35, 0.5)] and t.loc["b", "rises"] == []
+    assert t.loc["a", 0.5] == 0.05

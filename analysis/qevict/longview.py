@@ -176,3 +176,16 @@ def qevict_by_scope(summary: pd.DataFrame, policy: str, baselines, genre_labels:
         extra[(model, scope)] = (share, qevict_recompute(d, policy, baselines),
                                  missing_documents(n, QEVICT_RULE["min_docs"], "(document, model) units"))
     return pd.DataFrame(rows), extra
+
+
+def budget_trend(summary: pd.DataFrame, policy: str) -> pd.DataFrame:
+    """Mean KL of ``policy`` per model and budget (over the units) and, per model, the budget steps at
+    which it rises: does the policy approach the full cache as the budget grows?"""
+    d = summary[summary.policy == policy]
+    t = d.groupby(["model", "budget"], sort=True).kl.mean().unstack("budget")
+    rises = []
+    for _, row in t.iterrows():
+        b, v = row.index.values, row.values
+        rises.append([(float(b[i]), float(b[i + 1])) for i in range(len(b) - 1) if v[i + 1] > v[i]])
+    t["rises"] = rises
+    return t
