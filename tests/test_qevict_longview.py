@@ -6,8 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.qevict.longview import (drift_by_scope, drift_table_recompute, main_comparison,
-                                      qevict_by_scope)
+from analysis.qevict.longview import drift_by_scope, drift_table_recompute, main_comparison, qevict_by_scope
 from analysis.qevict.metrics import drift_rule_verdict
 
 DOCS = ["code:a", "code:b", "tests:c", "tests:d"]
@@ -58,7 +57,8 @@ def test_main_comparison_pools_units_over_models_and_keeps_genres():
 
 def test_drift_table_recompute_reads_the_committed_ends():
     rel = np.array([0.1, 0.2, 0.15, 0.05, 0.12, 0.1, 0.2, 0.08])
-    ends = pd.concat([_art("x", m, 0, 0, rel[i * 4:(i + 1) * 4]).tables["drift_ends"] for i, m in enumerate("ab")])
+    ends = pd.concat([_art("x", m, 0, 0, rel[i * 4:(i + 1) * 4]).tables["drift_ends"]
+                      for i, m in enumerate("ab")])
     rc = drift_table_recompute(rel, ends, n_boot=500, seed=0)
     lo = drift_rule_verdict(rel, 500, 0)["lo"]
     assert rc("minimum effect", 0.05) == pytest.approx(lo - 0.05)
