@@ -87,3 +87,17 @@ def test_budget_trend_finds_the_steps_where_kl_rises():
     t = budget_trend(s, "p")
     assert t.loc["a", "rises"] == [(0.35, 0.5)] and t.loc["b", "rises"] == []
     assert t.loc["a", 0.5] == 0.05
+
+
+def test_main_setup_and_trend_text_come_from_the_tables():
+    from analysis.qevict.longview import budget_trend_text, main_setup_text
+
+    arts = [_art("qevict_long_main_a", "m1", 0, 0.3, [0.1] * 4),
+            _art("qevict_long_main_b", "m2", 1, 0.3, [0.1] * 4)]
+    for a, n in zip(arts, (8192, 15616)):
+        a.tables["summary"]["context_tokens"] = n
+    S = main_comparison(arts)["summary"]
+    assert main_setup_text(S, {"code": "source code"}) == (
+        "4 evaluation documents in 2 genres (source code: 2, tests: 2) on m1 at 8,192 tokens and m2 at "
+        "15,616 tokens, 3 policies besides the full cache at 4 budgets each")
+    assert budget_trend_text(S, "qevict_recall").count("(falls at every step)") == 2

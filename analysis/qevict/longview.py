@@ -189,3 +189,28 @@ def budget_trend(summary: pd.DataFrame, policy: str) -> pd.DataFrame:
         rises.append([(float(b[i]), float(b[i + 1])) for i in range(len(b) - 1) if v[i + 1] > v[i]])
     t["rises"] = rises
     return t
+
+
+def main_setup_text(summary: pd.DataFrame, genre_labels: dict | None = None) -> str:
+    """The main comparison's design in words, read from its pooled summary: documents per genre,
+    models with their context lengths, policies and budgets."""
+    labels = genre_labels or {}
+    ctx = summary.groupby("model", sort=False).context_tokens.max()
+    docs = summary.drop_duplicates("document")
+    per_genre = docs.groupby("genre", sort=False).document.count()
+    n_docs = docs.document.str.rsplit(" [", n=1).str[0].nunique()
+    genres = ", ".join(f"{labels.get(g, g)}: {n // len(ctx)}" for g, n in per_genre.items())
+    models = " and ".join(f"{m} at {c:,} tokens" for m, c in ctx.items())
+    return (f"{n_docs} evaluation documents in {len(per_genre)} genres ({genres}) on {models}, "
+            f"{summary.policy.nunique() - 1} policies besides the full cache at "
+            f"{summary[summary.policy != 'full'].budget.nunique()} budgets each")
+
+
+def budget_trend_text(summary: pd.DataFrame, policy: str) -> str:
+    """:func:`budget_trend` in words: per model the mean KL at each budget and where it rises."""
+    parts = []
+    for m, r in budget_trend(summary, policy).iterrows():
+        rise = (" (rises from " + ", ".join(f"{a:.0%} to {b:.0%}" for a, b in r.rises) + ")" if r.rises
+                else " (falls at every step)")
+        parts.append(f"{m}: " + ", ".join(f"{v:.4f}" for v in r.drop("rises").values) + rise)
+    return "; ".join(parts)
