@@ -97,3 +97,34 @@ def test_bootstrap_and_compare():
     cmp = compare(pd.DataFrame(rows), "q", ["b", "c"], "kl")
     assert cmp.set_index("baseline").loc["b", "verdict"] == "better"
     assert cmp.set_index("baseline").loc["c", "verdict"] == "no clear difference"
+
+
+def test_likelihood_metrics_stop_at_the_first_free_running_token():
+    """Inside a free-running span a stream reads back its own prediction, so from then on it conditions
+    on another history than the full cache: KL, perplexity, top-1 and token accuracy average only the
+    steps before it (the step predicting the first answer token included); ``kl_all`` keeps every step."""
+    from analysis.qevict.metrics import shared_history_steps, summarize_run
+
+    P, D, B = 64, 20, 2
+    rng = np.random.default_rng(0)
+    kl = rng.random((D, B))
+    kl[:, 0] = 0
+    kl[6:, 1] = 50.0  # a diverged history after the first own token (step 6 feeds position 70)
+    res = dict(kl=kl, nll=rng.random((D, B)), top1=rng.random((D, B)) > 0.5,
+               correct=rng.random((D, B)) > 0.5, fmm=np.zeros((D, B)), fmm_evicted=np.zeros((D, B)),
+               streams=[("full", 1.0), ("kivi4", 0.5)], prefill_tokens=P, free_run_spans=[(70, 73), (80, 82)],
+               fits=[True, True], promotions=[0, 0], recall_bytes=[0, 0], offload_bytes=[0, 0],
+               hot_bytes=np.ones((2, B)), budget_bytes=np.ones((2, B)), full_bytes_end=1,
+               tier_bytes=[dict(full=1, quantized=0, cold=0, evicted=0)] * B)
+    sh = shared_history_steps(res)
+    assert sh.tolist() == [True] * 6 + [False] * 14
+    s = summarize_run(res, "needle:x", answers=[(70, 73), (80, 82)])
+    r = s.iloc[1]
+    assert r.kl == pytest.approx(kl[:6, 1].mean()) and r.kl_all == pytest.approx(kl[:, 1].mean())
+    assert r.scored_steps == 6 and r.decode_steps == D
+    assert r.ppl == pytest.approx(np.exp(res["nll"][:6, 1].mean()))
+    assert r.top1 == pytest.approx(res["top1"][:6, 1].mean())
+    res_tf = dict(res, free_run_spans=[])
+    assert shared_history_steps(res_tf).all()
+    with pytest.raises(ValueError, match="before the first free-running span"):
+        summarize_run(dict(res, free_run_spans=[(P + 0, P + 3)]), "needle:x", answers=[])

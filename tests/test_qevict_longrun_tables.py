@@ -57,3 +57,12 @@ def test_frozen_settings_off_and_overlap_rejected_before_any_run():
     over, table = longrun.frozen_settings(r, tok, policy_config(p), [other])
     assert set(table.policy) == {pol for pol, _ in over} and len(table) == len(over)
     assert table.tuned_sha256.nunique() == 1
+    # a policy that takes another's settings shows that policy's knobs, equal to its source's
+    for pol, src in tuning.SHARES_SETTINGS.items():
+        if pol not in set(table.policy):
+            continue
+        knobs = tuned["tuned_knobs"][src]
+        a = table[table.policy == pol].set_index("budget")[knobs]
+        b = table[table.policy == src].set_index("budget")[knobs]
+        assert a.notna().all().all() and a.equals(b)
+        assert (table[table.policy == pol].settings_of == src).all()

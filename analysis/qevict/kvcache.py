@@ -14,16 +14,27 @@ between streams (their hidden states differ) and are stored per stream, exact (`
 read (``Kdh``).  The exact copies model the cold tier (host DRAM / SSD) from which a quantized
 window may be recalled at full precision.
 
-**The decode engine** (:meth:`MultiStreamCache.attend`) reads each distinct prompt tensor once per
-step: per (layer, block of keys) one GEMM of *all* streams' queries against the shared exact keys,
-one GEMM per bit width of that bit width's streams against its dequantized keys, a per-stream
-selection (``np.copyto(..., where=lossy)``) and an additive ``-inf`` mask for evicted tokens; the
-values likewise.  Streams are kept internally sorted by bit width so that each bit width's rows are
-one contiguous slice (no copies).  Keys are processed in blocks of ``block`` tokens with an online
-(running-maximum) softmax, so the score matrix of a block stays in cache and memory stays bounded
-however long the context.  Bytes read per step: about (1 + number of bit widths) x the prompt
-cache, plus each stream's own decoded tokens (which cannot be shared).  :meth:`attend_reference`
-is an independent per-stream implementation (slow) that the tests compare against.
+**The decode engines** (:meth:`MultiStreamCache.attend`, chosen by ``engine``) all read each
+distinct prompt tensor once per step instead of once per stream, and put the prompt's scores and
+each stream's own decoded tokens through one online (running-maximum) softmax per query row, so
+memory stays bounded however long the context:
+
+* ``"fused"`` (the default): the compiled kernel :func:`analysis.qevict.kernels.prompt_attention`
+  walks the prompt window by window and, per KV head, computes scores, softmax update and value
+  sum only for the streams that read that window, at the precision they read it (exact, or one
+  bit width's dequantized copy); the keys are stacked transposed per window (``_fused_tensors``).
+* ``"sparse"``: per block of ``block`` prompt keys, one GEMM of the streams that read some of its
+  windows exactly against the shared exact keys and one GEMM per bit width of that bit width's
+  streams against its dequantized keys, with ``-inf`` on the windows a row does not read.
+* ``"blocked"``: the same GEMMs for *all* streams per block, a per-stream selection
+  (``np.copyto(..., where=lossy)``) between exact and dequantized scores and an additive ``-inf``
+  mask for evicted tokens.  Streams are kept internally sorted by bit width so that each bit
+  width's rows are one contiguous slice (no copies).
+
+Bytes read per step: about (1 + number of bit widths) x the prompt cache, plus each stream's own
+decoded tokens (which cannot be shared; :meth:`_attend_decoded`, shared by the fused and sparse
+engines).  :meth:`attend_reference` is an independent per-stream implementation (slow) that the
+tests compare every engine against.
 
 Two ways to promote a quantized window back to ``FULL``:
 
@@ -364,25 +375,9 @@ class MultiStreamCache:
                     S += np.repeat(bw, W, axis=-1)[:, :, None]
                 update(rows, S, self.Vq[b][layer, :, s:e], int(w0))
         if td > 0:  # each stream's own decoded tokens
-            Sd = np.matmul(qi, self.Kdh[layer, :, :, :td].swapaxes(-1, -2))  # (B, Hkv, g, td)
-            S = np.ascontiguousarray(Sd.transpose(1, 0, 2, 3))  # (Hkv, B, g, td)
-            if self._ev_w[layer, :, :, NWp:].any() or np.isneginf(bias[:, :, P:t]).any():
-                S += bias[:, :, None, P:t]
-            mo = m
-            mn = np.maximum(mo, S.max(-1))
-            shift = np.where(np.isfinite(mn), mn, np.float32(0))
-            alpha = np.exp(mo - shift)
-            S -= shift[..., None]
-            np.exp(S, out=S)
-            den = den * alpha + S.sum(-1)
-            o = np.matmul(S.transpose(1, 0, 2, 3), self.Vdh[layer, :, :, :td])  # (B, Hkv, g, hd)
-            acc = acc * alpha[..., None] + o.transpose(1, 0, 2, 3)
-            m = mn
+            m, den, acc, wd = self._attend_decoded(layer, qi, bias, t, m, den, acc, rec)
             if rec:
-                nd = -(-td // W)
-                ws = np.add.reduceat(S, np.arange(0, td, W), axis=-1) if td % W else \
-                    S.reshape(Hkv, B, g, nd, W).sum(-1)
-                win[..., NWp:NWp + nd] = ws * (np.exp(shift - m) / den)[..., None]
+                win[..., NWp:NWp + wd.shape[-1]] = wd
         out = (acc / den[..., None]).transpose(1, 0, 2, 3)  # (B internal, Hkv, g, hd)
         if rec:
             for rows, w0, ws, shift in parts:
@@ -392,6 +387,33 @@ class MultiStreamCache:
             wa = win.mean(2).transpose(1, 0, 2)  # (B internal, Hkv, NW)
             self.win_attn[layer] = wa[self.pos]
         return out[self.pos].reshape(B, Hkv * g, hd)
+
+    def _attend_decoded(self, layer: int, qi: np.ndarray, bias: np.ndarray, t: int, m, den, acc, rec: bool):
+        """Each stream's own decoded tokens (positions ``P`` to ``t - 1``) through the running softmax
+        state ``m``, ``den`` (Hkv, B, g) and ``acc`` (Hkv, B, g, hd) left by the prompt part (the sparse
+        and the fused engines).  ``qi``: (B internal, Hkv, g, hd).  Returns the updated (m, den, acc)
+        and, with ``rec``, the decoded windows' final attention shares (Hkv, B, g, windows), else None."""
+        P, B, Hkv, g, W, NWp = self.P, self.B, self.Hkv, self.g, self.W, self.NWp
+        td = t - P
+        Sd = np.matmul(qi, self.Kdh[layer, :, :, :td].swapaxes(-1, -2))  # (B, Hkv, g, td)
+        S = np.ascontiguousarray(Sd.transpose(1, 0, 2, 3))  # (Hkv, B, g, td)
+        if self._ev_w[layer, :, :, NWp:].any() or np.isneginf(bias[:, :, P:t]).any():
+            S += bias[:, :, None, P:t]
+        mn = np.maximum(m, S.max(-1))
+        shift = np.where(np.isfinite(mn), mn, np.float32(0))
+        alpha = np.exp(m - shift)
+        S -= shift[..., None]
+        np.exp(S, out=S)
+        den = den * alpha + S.sum(-1)
+        o = np.matmul(S.transpose(1, 0, 2, 3), self.Vdh[layer, :, :, :td])  # (B, Hkv, g, hd)
+        acc = acc * alpha[..., None] + o.transpose(1, 0, 2, 3)
+        wd = None
+        if rec:
+            nd = -(-td // W)
+            ws = np.add.reduceat(S, np.arange(0, td, W), axis=-1) if td % W else \
+                S.reshape(Hkv, B, g, nd, W).sum(-1)
+            wd = ws * (np.exp(shift - mn) / den)[..., None]
+        return mn, den, acc, wd
 
     def _fused_tensors(self):
         """The prompt's keys (transposed per window) and values at every precision the streams read,
@@ -430,30 +452,15 @@ class MultiStreamCache:
         wsh = np.empty_like(ws)
         prompt_attention(Q4, KT[layer], VV[layer], code, m, den, acc, ws, wsh)
         rec = self.record_attention
+        wd = None
         if td > 0:  # each stream's own decoded tokens
-            Sd = np.matmul(qi, self.Kdh[layer, :, :, :td].swapaxes(-1, -2))  # (B, Hkv, g, td)
-            S = np.ascontiguousarray(Sd.transpose(1, 0, 2, 3))  # (Hkv, B, g, td)
-            if self._ev_w[layer, :, :, NWp:].any() or np.isneginf(bias[:, :, P:t]).any():
-                S += bias[:, :, None, P:t]
-            mo = m
-            mn = np.maximum(mo, S.max(-1))
-            shift = np.where(np.isfinite(mn), mn, np.float32(0))
-            alpha = np.exp(mo - shift)
-            S -= shift[..., None]
-            np.exp(S, out=S)
-            den = den * alpha + S.sum(-1)
-            o = np.matmul(S.transpose(1, 0, 2, 3), self.Vdh[layer, :, :, :td])  # (B, Hkv, g, hd)
-            acc = acc * alpha[..., None] + o.transpose(1, 0, 2, 3)
-            m = mn
+            m, den, acc, wd = self._attend_decoded(layer, qi, bias, t, m, den, acc, rec)
         out = (acc / den[..., None]).transpose(1, 0, 2, 3)  # (B internal, Hkv, g, hd)
         if rec:
             win = np.zeros((Hkv, B, g, self.NW), np.float32)
             win[..., :NWp] = ws * (np.exp(wsh - m[..., None]) / den[..., None])
-            if td > 0:
-                nd = -(-td // W)
-                wd = np.add.reduceat(S, np.arange(0, td, W), axis=-1) if td % W else \
-                    S.reshape(Hkv, B, g, nd, W).sum(-1)
-                win[..., NWp:NWp + nd] = wd * (np.exp(shift - m) / den)[..., None]
+            if wd is not None:
+                win[..., NWp:NWp + wd.shape[-1]] = wd
             self.win_attn[layer] = win.mean(2).transpose(1, 0, 2)[self.pos]
         return out[self.pos].reshape(B, Hkv * g, hd)
 

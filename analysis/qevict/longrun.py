@@ -99,9 +99,13 @@ def _run_one(i: int):
     if len(spans):  # the generated answers, as text, per stream
         s["generated"] = ["|".join(tok.decode(res["argmax"][a - P - 1:b - P - 1, i]) for a, b in spans)
                           for i in range(len(res["streams"]))]
+    import resource
+
+    # peak RSS of this process so far (ru_maxrss is in KiB; a worker may have run earlier documents)
     t = dict(model=r["model"], document=doc.spec, prefill_tokens=P, decode_tokens=D,
              streams=len(res["streams"]), seconds_prefill=res["seconds_prefill"],
-             seconds_decode=res["seconds_decode"], seconds_per_step=res["seconds_decode"] / D)
+             seconds_decode=res["seconds_decode"], seconds_per_step=res["seconds_decode"] / D,
+             peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     dr, ends = drift_tables(res["attn_full"], doc, r)
     return s, t, dr, ends
 
@@ -202,8 +206,12 @@ def frozen_settings(r: dict, tok, pcfg, docs):
     tuning.check_disjoint(tdocs, {d.spec: d.tokens for d in docs})
     with open(path, "rb") as fh:
         sha = hashlib.sha256(fh.read()).hexdigest()
+    def knobs(pol):  # a policy that takes another's settings (tuning.SHARES_SETTINGS) shows that one's knobs
+        return tuned["tuned_knobs"].get(tuning.SHARES_SETTINGS.get(pol, pol), ())
+
     rows = [dict(policy=pol, budget=float(f), tuned_settings=str(path), tuned_sha256=sha,
-                 **{k: v for k, v in dataclasses.asdict(c).items() if k in tuned["tuned_knobs"].get(pol, ())})
+                 settings_of=tuning.SHARES_SETTINGS.get(pol, pol),
+                 **{k: v for k, v in dataclasses.asdict(c).items() if k in knobs(pol)})
             for (pol, f), c in sorted(over.items())]
     return over, pd.DataFrame(rows)
 

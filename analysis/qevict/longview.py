@@ -111,27 +111,20 @@ def main_comparison(arts):
 def drift_table_recompute(rel_excess, ends: pd.DataFrame, n_boot: int = 2000, seed: int = 0):
     """``recompute(name, value)`` for :func:`analysis.claims.evaluate` on the drift claim from committed
     tables: ``rel_excess`` per document at the declared rule, ``ends`` (a long run's ``drift_ends``:
-    the relative excess per document at each attention-dependent sensitivity end).  Alpha and the
-    minimum effect act on ``rel_excess`` as :func:`analysis.qevict.verdicts.drift_recompute` does."""
-    from .metrics import DRIFT_RULE, drift_rule_verdict
+    the relative excess per document at each attention-dependent sensitivity end); alpha and the
+    minimum effect as :func:`analysis.qevict.verdicts.drift_rule_recompute` applies them."""
+    from .verdicts import drift_rule_recompute
 
-    rel0 = np.asarray(rel_excess, float)
+    n = len(np.asarray(rel_excess))
 
-    def lo(rel, alpha=DRIFT_RULE["alpha"]):
-        return drift_rule_verdict(rel, n_boot, seed, alpha)["lo"]
-
-    def recompute(name, value):
-        if name == "alpha":
-            return lo(rel0, float(value))
-        if name == "minimum effect":
-            return lo(rel0) - float(value)
+    def rel_at(name, value):
         e = ends[(ends.sensitivity == name) & np.isclose(ends.value.astype(float), float(value))] \
             if len(ends) else ends
-        if len(e) != len(rel0):
+        if len(e) != n:
             raise KeyError(f"the committed runs have the drift statistic at {name} = {value} for {len(e)} of "
-                           f"{len(rel0)} documents; declare the end before `make long` and rerun it")
-        return lo(e.rel_excess.values)
-    return recompute
+                           f"{n} documents; declare the end before `make long` and rerun it")
+        return e.rel_excess.values
+    return drift_rule_recompute(rel_excess, rel_at, n_boot, seed)
 
 
 def drift_by_scope(drift: pd.DataFrame, genre_labels: dict | None = None, n_boot: int = 2000,

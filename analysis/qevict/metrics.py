@@ -37,20 +37,46 @@ def needle_accuracy(result: dict, answers) -> np.ndarray:
     return np.mean(ok, axis=0) if ok else np.full(correct.shape[1], np.nan)
 
 
+def shared_history_steps(result: dict) -> np.ndarray:
+    """(D,) bool: the decoding steps at which every stream has read the same tokens so far.
+
+    Inside a free-running span (``free_run_spans``) each stream reads back its own prediction, so
+    from the first such token on a stream that answered differently conditions on a different
+    history; its next-token distribution then differs from the full cache's for that reason and not
+    only because of its compressed cache.  Likelihood metrics compare like with like only before it
+    (the step that predicts the first answer token is still shared); the answers themselves are
+    scored by :func:`needle_accuracy`."""
+    D = result["kl"].shape[0]
+    spans = result.get("free_run_spans") or []
+    if not len(spans):
+        return np.ones(D, bool)
+    first = min(a for a, _ in spans) - result["prefill_tokens"]  # first step fed an own prediction
+    return np.arange(D) < first
+
+
 def summarize_run(result: dict, doc_spec: str, answers=()) -> pd.DataFrame:
-    """One row per stream (policy, budget) with the outcomes and diagnostics of one document."""
-    nll = result["nll"]
+    """One row per stream (policy, budget) with the outcomes and diagnostics of one document.
+
+    ``kl``, ``ppl``, ``top1`` and ``token_acc`` average over the steps of shared history
+    (:func:`shared_history_steps`, all steps without free-running spans; ``scored_steps`` counts
+    them); ``kl_all`` is the KL over every step, free-running ones included."""
+    sh = shared_history_steps(result)
+    if not sh.any():
+        raise ValueError("no decoding step before the first free-running span: nothing to score KL on; "
+                         "decode more steps before the answers or run teacher-forced")
+    nll = result["nll"][sh]
     ppl = np.exp(nll.mean(0))
     acc = needle_accuracy(result, answers) if len(answers) else np.full(nll.shape[1], np.nan)
-    D = nll.shape[0]
+    D = result["nll"].shape[0]
     rows = []
     for i, (pol, frac) in enumerate(result["streams"]):
         tb = result["tier_bytes"][i]
         rows.append(dict(
             document=doc_spec, policy=pol, label=POLICY_LABELS.get(pol, pol), budget=frac,
-            kl=float(result["kl"][:, i].mean()), ppl=float(ppl[i]), ppl_full=float(ppl[0]),
-            dppl=float(ppl[i] / ppl[0] - 1), top1=float(result["top1"][:, i].mean()),
-            token_acc=float(result["correct"][:, i].mean()),
+            kl=float(result["kl"][sh, i].mean()), kl_all=float(result["kl"][:, i].mean()),
+            scored_steps=int(sh.sum()), ppl=float(ppl[i]), ppl_full=float(ppl[0]),
+            dppl=float(ppl[i] / ppl[0] - 1), top1=float(result["top1"][sh, i].mean()),
+            token_acc=float(result["correct"][sh, i].mean()),
             fmm=float(result["fmm"][:, i].mean()), fmm_evicted=float(result["fmm_evicted"][:, i].mean()),
             attn_recall=float(1 - result["fmm_evicted"][:, i].mean()),
             needle_acc=float(acc[i]), fits=bool(result["fits"][i]),

@@ -3,8 +3,9 @@
 each ledger rule tests, that value recomputed at the sensitivity ends the claims table declares (for
 ``analysis.claims.evaluate``'s robust / fragile label), and the QEvict rule per genre.
 
-Kept out of :mod:`analysis.qevict.metrics` on purpose: the committed long-run artifacts are keyed on
-the source of ``metrics`` (``results/*/provenance.json``), and nothing here changes what they computed.
+Kept out of :mod:`analysis.qevict.metrics` so that the ledger's bookkeeping stays apart from the
+measurements.  Since the long runs compute their ``drift_ends`` tables with :func:`drift_excess`,
+this module is part of their code hash too (``analysis.qevict.longrun.MODULES``).
 """
 from __future__ import annotations
 
@@ -93,12 +94,13 @@ def drift_excess(attn_full: np.ndarray, prefill_tokens: int, window: int, sink_w
     return float(r["rel_excess"])
 
 
-def drift_recompute(attn_per_doc, rel_excess_default, prefill_tokens: int, window: int, sink_windows: int,
-                    n_boot: int = 2000, seed: int = 0):
+def drift_rule_recompute(rel_excess_default, rel_excess_at, n_boot: int = 2000, seed: int = 0):
     """``recompute(name, value)`` for :func:`analysis.claims.evaluate` on the drift claim, whose value
     is the lower end of the interval over documents of the relative excess: with the interval's
-    alpha, the top share of windows, the shuffle block or a minimum effect (the lower end must exceed
-    it: the value is returned less it) moved to ``value``."""
+    alpha or a minimum effect (the lower end must exceed it: the value is returned less it) moved
+    to ``value`` acting on ``rel_excess_default``; any other sensitivity needs the statistic itself
+    recomputed, which ``rel_excess_at(name, value)`` returns per document (from the attention, or
+    from a committed table)."""
     rel0 = np.asarray(rel_excess_default, float)
 
     def lo(rel, alpha=DRIFT_RULE["alpha"]):
@@ -109,6 +111,15 @@ def drift_recompute(attn_per_doc, rel_excess_default, prefill_tokens: int, windo
             return lo(rel0, float(value))
         if name == "minimum effect":
             return lo(rel0) - float(value)
+        return lo(np.asarray(rel_excess_at(name, value), float))
+    return recompute
+
+
+def drift_recompute(attn_per_doc, rel_excess_default, prefill_tokens: int, window: int, sink_windows: int,
+                    n_boot: int = 2000, seed: int = 0):
+    """:func:`drift_rule_recompute` with the top share of windows and the shuffle block recomputed
+    from each document's full-cache attention (``attn_per_doc``)."""
+    def rel_at(name, value):
         if name == "top share of windows":
             kw = dict(budget=float(value))
         elif name == "shuffle block (steps)":
@@ -116,6 +127,5 @@ def drift_recompute(attn_per_doc, rel_excess_default, prefill_tokens: int, windo
         else:
             raise KeyError(f"unknown sensitivity {name!r} for the drift rule; declare one of "
                            f"{list(DRIFT_SENSITIVITY)} in data/claims.yaml")
-        rel = [drift_excess(a, prefill_tokens, window, sink_windows, seed=seed, **kw) for a in attn_per_doc]
-        return lo(rel)
-    return recompute
+        return [drift_excess(a, prefill_tokens, window, sink_windows, seed=seed, **kw) for a in attn_per_doc]
+    return drift_rule_recompute(rel_excess_default, rel_at, n_boot, seed)
