@@ -101,3 +101,48 @@ def test_main_setup_and_trend_text_come_from_the_tables():
         "4 evaluation documents in 2 genres (source code: 2, tests: 2) on m1 at 8,192 tokens and m2 at "
         "15,616 tokens, 3 policies besides the full cache at 4 budgets each")
     assert budget_trend_text(S, "qevict_recall").count("(falls at every step)") == 2
+
+
+def _trend_summary(kl_by_budget, model="m", policy="p", seed=0):
+    """Per-document KL at each budget from geometric means with multiplicative noise."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for doc in range(10):
+        noise = np.exp(rng.normal(0, 0.3))
+        for b, k in kl_by_budget.items():
+            rows.append(dict(model=model, document=f"d{doc}", policy=policy, budget=b,
+                             kl=k * noise * np.exp(rng.normal(0, 0.05))))
+    return pd.DataFrame(rows)
+
+
+def test_budget_trend_rule_falls_rises_and_holm():
+    from analysis.qevict.longview import BUDGET_TREND_RULE, budget_trend_rule, budget_trend_rule_text
+
+    falls = _trend_summary({0.1: 0.1, 0.2: 0.03, 0.35: 0.01, 0.5: 0.003})
+    v, tab = budget_trend_rule(falls, "p")
+    assert v == {"m": "approaches the full cache"} and (tab.outcome == "falls").all()
+    assert tab.geo_kl_from.iloc[1] == pytest.approx(tab.geo_kl_to.iloc[0])
+    rises = _trend_summary({0.1: 0.1, 0.2: 0.03, 0.35: 0.01, 0.5: 0.05}, model="r")
+    v, tab = budget_trend_rule(pd.concat([falls, rises]), "p")
+    assert v["r"] == "rises at some budget step" and tab.outcome.tolist()[-1] == "rises"
+    assert "r: rises at some budget step" in budget_trend_rule_text(pd.concat([falls, rises]), "p")
+    # one document rising a hundredfold does not decide the rule (the arithmetic mean would rise)
+    outlier = falls.copy()
+    sel = (outlier.document == "d0") & (outlier.budget == 0.5)
+    outlier.loc[sel, "kl"] = 0.5
+    assert outlier[outlier.budget == 0.5].kl.mean() > outlier[outlier.budget == 0.35].kl.mean()
+    v, tab = budget_trend_rule(outlier, "p")
+    assert tab.outcome.iloc[-1] in ("falls", "unclear")
+    # Holm: two steps that pass on their own (one-sided p of about 0.03 and 0.04) fail once corrected
+    z = np.array([-1.5, -1.0, -0.6, -0.3, 0.0, 0.1, 0.4, 0.7, 1.0, 1.2])
+    z = (z - z.mean()) / z.std(ddof=1)
+    logk = np.zeros((10, 4))
+    logk[:, 1] = -3 + 0.1 * z
+    logk[:, 2] = logk[:, 1] + (-2.14 / np.sqrt(10) + z)
+    logk[:, 3] = logk[:, 2] + (-1.97 / np.sqrt(10) + z[::-1])
+    weak = pd.DataFrame([dict(model="m", document=f"d{i}", policy="p", budget=b, kl=float(np.exp(logk[i, j])))
+                         for i in range(10) for j, b in enumerate((0.1, 0.2, 0.35, 0.5))])
+    v, tab = budget_trend_rule(weak, "p", dict(BUDGET_TREND_RULE, eps=0.0))
+    assert tab.outcome.tolist() == ["falls", "unclear", "unclear"], tab
+    assert (tab.p_fall.iloc[1:] < BUDGET_TREND_RULE["alpha"]).all()
+    assert v["m"] == "not shown at every budget step"
