@@ -146,3 +146,14 @@ def test_budget_trend_rule_falls_rises_and_holm():
     assert tab.outcome.tolist() == ["falls", "unclear", "unclear"], tab
     assert (tab.p_fall.iloc[1:] < BUDGET_TREND_RULE["alpha"]).all()
     assert v["m"] == "not shown at every budget step"
+
+
+def test_long_lengths_text_reads_the_sweep():
+    from analysis.qevict.longview import long_lengths_text, long_runs
+
+    runs = [dict(name="a", model="m1", prefill_tokens=7168, decode_tokens=1024, documents=["x", "y"]),
+            dict(name="b", model="m2", prefill_tokens=31744, decode_tokens=256, documents=["x"]),
+            dict(name="c", model="m1", prefill_tokens=7936, decode_tokens=256, documents=["x"])]
+    assert long_lengths_text(runs) == ("m1: 7,168 + 1,024 (a, 2 documents), 7,936 + 256 (c, 1 document); "
+                                       "m2: 31,744 + 256 (b, 1 document)")
+    assert all(r["name"] in long_lengths_text() for r in long_runs())

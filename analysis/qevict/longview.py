@@ -18,6 +18,17 @@ def long_runs(sweep: Path = LONG_SWEEP) -> list:
         return yaml.safe_load(fh)["runs"]
 
 
+def long_lengths_text(runs=None) -> str:
+    """The declared long runs' lengths in words, per model: prefill + decoded tokens and the run's name."""
+    runs = long_runs() if runs is None else runs
+    by_model = {}
+    for r in runs:
+        by_model.setdefault(r["model"], []).append(
+            f"{int(r['prefill_tokens']):,} + {int(r['decode_tokens']):,} ({r['name']}, "
+            f"{len(r['documents'])} document{'s' if len(r['documents']) != 1 else ''})")
+    return "; ".join(f"{m}: " + ", ".join(v) for m, v in by_model.items())
+
+
 def long_results(sweep: Path = LONG_SWEEP):
     """(artifacts present, in the sweep's order; names declared but not computed; one table per
     (run, policy, budget) with means over documents)."""
