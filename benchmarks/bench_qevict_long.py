@@ -4,7 +4,9 @@
     python benchmarks/bench_qevict_long.py prefill [--tokens 8192]
     python benchmarks/bench_qevict_long.py gemma   [--tokens 32768]
 
-* ``decode``: one document, all 10 policies x 4 budgets (41 lockstep streams) on SmolLM2, one shared
+* ``decode``: one document, every policy x 4 budgets on SmolLM2 (``--policies all``: the 13 of
+  ``analysis.qevict.policies``, 49 lockstep streams; ``--policies issue13``: the 10 the chapter had when
+  the target was set, full cache included, 37 streams), one shared
   prefill with capture, then the decoding steps; target: 8,192 context tokens (SmolLM2's whole
   context: 7,168 + 1,024) in <= 10 min on 2 cores.  Reports the time per decoding step against the
   bytes a step must read (the shared prompt K/V once, plus one dequantized copy per bit width, each
@@ -12,7 +14,10 @@
   and against the FLOPs it multiplies (weights, and the attention rows x keys the engine computes:
   the "fused" default only the windows each stream reads, "sparse" whole 512-key blocks) divided by
   the single-thread matmul rate at the step's shapes; per-phase times
-  (attention, LM head, projections/MLP, the policies' bookkeeping).
+  (attention, LM head, projections/MLP, the policies' bookkeeping).  ``--blas-threads`` (default: every
+  core) sets the BLAS threads of the decoding step's projections (``runner.DECODE_BLAS_THREADS``; the
+  long runs keep 1, since each of their worker processes has one core); the compiled attention kernel
+  uses numba's threads (every core).
 * ``prefill``: the numpy forward with attention capture against the same-shape matrix products
   (``bench_qevict_forward.matmul_reference``); target >= 50% at 8K.
 * ``gemma``: Gemma 3 270M prefill with capture (the global layers' attention reduced on the fly),
@@ -116,10 +121,13 @@ def bench_decode(a):
     from analysis.qevict.policies import POLICIES, PolicyConfig
     from analysis.qevict.tokenizer import load_tokenizer
 
+    policies = POLICIES if a.policies == "all" else POLICIES[:10]
+    runner.DECODE_BLAS_THREADS = a.blas_threads
     model, tok = load_model(), load_tokenizer()
     doc = corpora.load_document(corpora.LONG_DOCUMENTS["code"], tok, a.prefill + a.decode + 1)
     bw = read_bandwidth()
-    B = 1 + (len(POLICIES) - 1) * 4
+    B = 1 + (len(policies) - 1) * 4
+    print(f"policies ({a.policies}): {', '.join(policies)}; decode BLAS threads {a.blas_threads}", flush=True)
     rate = gemm_rate(B, model.cfg)
     print(f"memory read bandwidth {bw / 1e9:.1f} GB/s; single-thread matmul rate at decode shapes "
           f"{rate / 1e9:.1f} GFLOP/s   ({load()})", flush=True)
@@ -157,7 +165,7 @@ def bench_decode(a):
     model.decode_step = decode_step
     t0 = time.perf_counter()
     try:
-        r = runner.run_document(model, doc.tokens, a.prefill, a.decode, POLICIES, [0.10, 0.20, 0.35, 0.50],
+        r = runner.run_document(model, doc.tokens, a.prefill, a.decode, policies, [0.10, 0.20, 0.35, 0.50],
                                 PolicyConfig(), verbose=True)
     finally:
         runner.MultiStreamCache = Cache
@@ -228,6 +236,10 @@ def main(argv=None):
     ap.add_argument("--decode", type=int, default=1024)
     ap.add_argument("--tokens", type=int, default=None)
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--policies", choices=["all", "issue13"], default="all",
+                    help="decode: every policy (default) or the 10 of the issue's target (full included)")
+    ap.add_argument("--blas-threads", type=int, default=os.cpu_count(),
+                    help="decode: BLAS threads of the projections (default: every core)")
     a = ap.parse_args(argv)
     if a.what == "decode":
         bench_decode(a)
