@@ -14,10 +14,11 @@
   and against the FLOPs it multiplies (weights, and the attention rows x keys the engine computes:
   the "fused" default only the windows each stream reads, "sparse" whole 512-key blocks) divided by
   the single-thread matmul rate at the step's shapes; per-phase times
-  (attention, LM head, projections/MLP, the policies' bookkeeping).  ``--blas-threads`` (default: every
-  core) sets the BLAS threads of the decoding step's projections (``runner.DECODE_BLAS_THREADS``; the
-  long runs keep 1, since each of their worker processes has one core); the compiled attention kernel
-  uses numba's threads (every core).
+  (attention, LM head, projections/MLP, the policies' bookkeeping).  ``--blas-threads`` (default 1, as
+  ``runner.DECODE_BLAS_THREADS``) sets the BLAS threads of the decoding step's projections; the
+  compiled attention kernel uses numba's threads (every core).  Two BLAS threads were slower here
+  (1,282 against 830 ms per step, session 5): OpenBLAS's threads keep spinning after a call and take
+  the cores from the kernel's threads that run next.
 * ``prefill``: the numpy forward with attention capture against the same-shape matrix products
   (``bench_qevict_forward.matmul_reference``); target >= 50% at 8K.
 * ``gemma``: Gemma 3 270M prefill with capture (the global layers' attention reduced on the fly),
@@ -238,8 +239,8 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--policies", choices=["all", "issue13"], default="all",
                     help="decode: every policy (default) or the 10 of the issue's target (full included)")
-    ap.add_argument("--blas-threads", type=int, default=os.cpu_count(),
-                    help="decode: BLAS threads of the projections (default: every core)")
+    ap.add_argument("--blas-threads", type=int, default=1,
+                    help="decode: BLAS threads of the projections (default 1, as the runner)")
     a = ap.parse_args(argv)
     if a.what == "decode":
         bench_decode(a)
