@@ -157,3 +157,18 @@ def test_long_lengths_text_reads_the_sweep():
     assert long_lengths_text(runs) == ("m1: 7,168 + 1,024 (a, 2 documents), 7,936 + 256 (c, 1 document); "
                                        "m2: 31,744 + 256 (b, 1 document)")
     assert all(r["name"] in long_lengths_text() for r in long_runs())
+
+
+def test_budget_trend_table_and_scored_steps_text():
+    from analysis.qevict.longview import budget_trend_table, scored_steps_text
+
+    s = pd.concat([_trend_summary({0.1: 0.1, 0.2: 0.03, 0.35: 0.01, 0.5: 0.003}, policy="a"),
+                   _trend_summary({0.1: 0.1, 0.2: 0.03, 0.35: 0.01, 0.5: 0.05}, policy="b")])
+    t, count = budget_trend_table(s, ("a", "b"), {"a": "A"})
+    assert count == "1 of 2" and set(t.policy) == {"A", "b"} and len(t) == 6
+    assert t[t.policy == "b"]["verdict (declared rule)"].iloc[0] == "rises at some budget step"
+    sm = pd.DataFrame(dict(model=["m"] * 3, document=["needle:x", "needle:y", "code:z"],
+                           scored_steps=[156, 156, 256],
+                           decode_steps=[256, 256, 256]))
+    assert scored_steps_text([sm]) == "m: 156 of 256 steps"
+    assert scored_steps_text([sm.drop(columns="scored_steps")]) == "not recorded in the committed runs"

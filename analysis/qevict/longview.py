@@ -291,3 +291,40 @@ def budget_trend_rule_text(summary: pd.DataFrame, policy: str) -> str:
         parts.append(f"{m}: {verdict[m]} (geometric-mean KL " + ", ".join(f"{v:.4f}" for v in geo)
                      + f"; {steps})")
     return "; ".join(parts)
+
+
+def budget_trend_table(summary: pd.DataFrame, policies, labels: dict | None = None):
+    """:func:`budget_trend_rule` for several policies: (one row per (policy, model, budget step) with
+    the geometric-mean KL before and after, the Holm-adjusted p of a fall, the outcome and the
+    policy's verdict on that model; the number of (policy, model) pairs that approach the full cache,
+    as "k of n")."""
+    labels = labels or {}
+    rows, n_ok, n_all = [], 0, 0
+    for pol in policies:
+        verdict, tab = budget_trend_rule(summary, pol)
+        n_ok += sum(v == "approaches the full cache" for v in verdict.values())
+        n_all += len(verdict)
+        for r in tab.itertuples():
+            rows.append({"policy": labels.get(pol, pol), "model": r.model,
+                         "budget step": f"{r.budget_from:.0%} → {r.budget_to:.0%}",
+                         "geometric-mean KL before (nats)": r.geo_kl_from,
+                         "geometric-mean KL after (nats)": r.geo_kl_to,
+                         "Holm p (fall)": r.p_fall_holm, "outcome": r.outcome,
+                         "verdict (declared rule)": verdict[r.model]})
+    return pd.DataFrame(rows), f"{n_ok} of {n_all}"
+
+
+def scored_steps_text(summaries) -> str:
+    """Per model and decoding length, the shared-history steps the needle documents' likelihood
+    metrics were averaged over (``scored_steps`` of the committed summaries)."""
+    s = [x for x in summaries if "scored_steps" in x]
+    s = pd.concat(s) if s else pd.DataFrame()
+    s = s[s.document.str.startswith("needle:")] if len(s) else s
+    if not len(s):
+        return "not recorded in the committed runs"
+    return "; ".join(
+        f"{m}: " + ", ".join(
+            (f"{int(h.scored_steps.min()):,}" if h.scored_steps.nunique() == 1 else
+             f"{int(h.scored_steps.min()):,}–{int(h.scored_steps.max()):,}") + f" of {int(n):,} steps"
+            for n, h in g.groupby("decode_steps", sort=True))
+        for m, g in s.groupby("model", sort=False))
