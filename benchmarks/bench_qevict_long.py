@@ -14,11 +14,15 @@
   and against the FLOPs it multiplies (weights, and the attention rows x keys the engine computes:
   the "fused" default only the windows each stream reads, "sparse" whole 512-key blocks) divided by
   the single-thread matmul rate at the step's shapes; per-phase times
-  (attention, LM head, projections/MLP, the policies' bookkeeping).  ``--blas-threads`` (default 1, as
-  ``runner.DECODE_BLAS_THREADS``) sets the BLAS threads of the decoding step's projections; the
-  compiled attention kernel uses numba's threads (every core).  Two BLAS threads were slower here
-  (1,282 against 830 ms per step, session 5): OpenBLAS's threads keep spinning after a call and take
-  the cores from the kernel's threads that run next.
+  (attention, LM head, projections/MLP, the policies' bookkeeping).  ``--blas-threads`` (default 2:
+  every core of the target machine; the runner's ``DECODE_BLAS_THREADS`` is 1, for runs of several
+  documents in parallel processes) sets the BLAS threads of the decoding step's projections; the
+  compiled attention kernel uses numba's threads (every core).  Two thread pools take turns on the
+  same cores at every layer, so this script makes both of them sleep as soon as their work is done
+  (``OMP_WAIT_POLICY=PASSIVE`` for numba's OpenMP threads, ``OPENBLAS_THREAD_TIMEOUT=4`` for
+  OpenBLAS's; set before numpy and numba load, unless already set): with their default busy-waiting,
+  two BLAS threads were slower than one (1,282 against 830 ms per step, session 5); with these, two
+  BLAS threads cut the projections and LM head from 250 to 156 ms per step (session 6).
 * ``prefill``: the numpy forward with attention capture against the same-shape matrix products
   (``bench_qevict_forward.matmul_reference``); target >= 50% at 8K.
 * ``gemma``: Gemma 3 270M prefill with capture (the global layers' attention reduced on the fly),
@@ -34,7 +38,12 @@ import resource
 import sys
 import time
 
-import numpy as np
+# Before numpy (OpenBLAS) and numba (OpenMP) start their threads: idle threads sleep instead of spinning,
+# so the BLAS threads and the attention kernel's threads do not take the cores from each other.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
@@ -128,7 +137,9 @@ def bench_decode(a):
     doc = corpora.load_document(corpora.LONG_DOCUMENTS["code"], tok, a.prefill + a.decode + 1)
     bw = read_bandwidth()
     B = 1 + (len(policies) - 1) * 4
-    print(f"policies ({a.policies}): {', '.join(policies)}; decode BLAS threads {a.blas_threads}", flush=True)
+    print(f"policies ({a.policies}): {', '.join(policies)}; decode BLAS threads {a.blas_threads}; "
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, "
+          f"OPENBLAS_THREAD_TIMEOUT={os.environ.get('OPENBLAS_THREAD_TIMEOUT')}", flush=True)
     rate = gemm_rate(B, model.cfg)
     print(f"memory read bandwidth {bw / 1e9:.1f} GB/s; single-thread matmul rate at decode shapes "
           f"{rate / 1e9:.1f} GFLOP/s   ({load()})", flush=True)
@@ -239,8 +250,8 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--policies", choices=["all", "issue13"], default="all",
                     help="decode: every policy (default) or the 10 of the issue's target (full included)")
-    ap.add_argument("--blas-threads", type=int, default=1,
-                    help="decode: BLAS threads of the projections (default 1, as the runner)")
+    ap.add_argument("--blas-threads", type=int, default=2,
+                    help="decode: BLAS threads of the projections (default 2; the runner's is 1)")
     a = ap.parse_args(argv)
     if a.what == "decode":
         bench_decode(a)

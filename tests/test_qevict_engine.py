@@ -307,6 +307,45 @@ def test_fused_engine_does_not_depend_on_thread_count_or_chunk():
             assert np.array_equal(a, b)
 
 
+@pytest.mark.parametrize("g,hd,W", [(3, 64, 32), (4, 256, 32), (1, 24, 5), (2, 8, 16)])
+def test_specialised_kernel_equals_generic_loops_bit_for_bit(g, hd, W):
+    """The shape-specialised kernel (scores and output tiles in registers) performs the generic loops'
+    operations in the same order: identical bits, for SmolLM2's and Gemma's decoding shapes and for odd
+    ones (a head dimension that is not a multiple of 64, a window that is not a multiple of 8), with
+    rows that read no window, any chunking and the default (thread-balanced) chunk."""
+    from analysis.qevict import kernels
+
+    r = np.random.default_rng(g * 1000 + hd + W)
+    Hkv, B, nprec, NWp = 2, 7, 3, 6
+    Q = (r.standard_normal((Hkv, B, g, hd)) / 3).astype(np.float32)
+    KT = r.standard_normal((nprec, Hkv, NWp, hd, W)).astype(np.float32)
+    VV = r.standard_normal((nprec, Hkv, NWp, W, hd)).astype(np.float32)
+    code = r.integers(-1, nprec, (Hkv, B, NWp)).astype(np.int8)
+    code[1, 3] = -1  # a stream that reads nothing on head 1
+
+    def run(**kw):
+        o = [np.empty((Hkv, B, g), np.float32) for _ in range(2)] + [np.empty((Hkv, B, g, hd), np.float32)]
+        o += [np.empty((Hkv, B, g, NWp), np.float32) for _ in range(2)]
+        kernels.prompt_attention(Q, KT, VV, code, *o, **kw)
+        return o
+
+    ref = run(specialised=False, chunk=3)
+    assert np.isneginf(ref[0][1, 3]).all() and (ref[1][1, 3] == 0).all()
+    assert np.all(np.isfinite(ref[2][0]))
+    for kw in (dict(), dict(chunk=1), dict(chunk=4), dict(chunk=B)):
+        for a, b in zip(ref, run(**kw)):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_stream_chunk_balances_tasks_over_threads():
+    from analysis.qevict.kernels import stream_chunk
+
+    assert stream_chunk(3, 37, 2) == 19  # 2 chunks per head, 6 tasks
+    assert stream_chunk(1, 49, 2) == 25  # Gemma's one KV head: 2 tasks
+    assert stream_chunk(3, 37, 1) == 37 and stream_chunk(2, 5, 2) == 5
+    assert stream_chunk(3, 4, 16) == 1  # never an empty chunk size
+
+
 def test_kernel_rejects_mismatched_inputs():
     from analysis.qevict import kernels
 

@@ -70,6 +70,19 @@ TIER_NAMES = {FULL: "full", QUANT: "quantized", EVICTED: "evicted", OFFLOADED: "
 DIGEST_BYTES_PER_ELEM = 2  # fp16 min and max of each key channel of a window (Quest / ArkVale digest)
 
 
+def _softmax_rescale(m: np.ndarray, S: np.ndarray):
+    """One online-softmax update of the numpy engines: the new running maximum ``mn`` of ``m`` and the
+    scores ``S`` (.., n), the finite shift the block is exponentiated with (0 where every score is
+    -inf) and ``alpha`` = exp(m - shift), the factor of the state so far; ``S`` becomes exp(S - shift)
+    in place."""
+    mn = np.maximum(m, S.max(-1))
+    shift = np.where(np.isfinite(mn), mn, np.float32(0))
+    alpha = np.exp(m - shift)
+    S -= shift[..., None]
+    np.exp(S, out=S)
+    return mn, shift, alpha
+
+
 def digest_window_bytes(head_dim: int) -> int:
     """Bytes of one window's key digest (channel-wise min and max, fp16) for one KV head."""
     return 2 * head_dim * DIGEST_BYTES_PER_ELEM
@@ -228,11 +241,7 @@ class MultiStreamCache:
 
         def update(S, S4, values):
             nonlocal m, den, acc
-            m_new = np.maximum(m, S.max(-1))
-            shift = np.where(np.isfinite(m_new), m_new, np.float32(0))
-            alpha = np.exp(m - shift)
-            S -= shift[..., None]
-            np.exp(S, out=S)
+            m_new, shift, alpha = _softmax_rescale(m, S)
             den = den * alpha + S.sum(-1)
             if rec:
                 n = S.shape[-1]
@@ -332,11 +341,7 @@ class MultiStreamCache:
             """One block of scores S (Hkv, nr, g, n) of rows ``rows`` (None: all) against values V."""
             sel = slice(None) if rows is None else rows
             mo = m[:, sel]
-            mn = np.maximum(mo, S.max(-1))
-            shift = np.where(np.isfinite(mn), mn, np.float32(0))
-            alpha = np.exp(mo - shift)
-            S -= shift[..., None]
-            np.exp(S, out=S)
+            mn, shift, alpha = _softmax_rescale(mo, S)
             nr, n = S.shape[1], S.shape[-1]
             if rec:  # window sums first: the row sums are their sums
                 ws = S.reshape(Hkv, nr, g, n // W, W).sum(-1)
@@ -399,11 +404,7 @@ class MultiStreamCache:
         S = np.ascontiguousarray(Sd.transpose(1, 0, 2, 3))  # (Hkv, B, g, td)
         if self._ev_w[layer, :, :, NWp:].any() or np.isneginf(bias[:, :, P:t]).any():
             S += bias[:, :, None, P:t]
-        mn = np.maximum(m, S.max(-1))
-        shift = np.where(np.isfinite(mn), mn, np.float32(0))
-        alpha = np.exp(m - shift)
-        S -= shift[..., None]
-        np.exp(S, out=S)
+        mn, shift, alpha = _softmax_rescale(m, S)
         den = den * alpha + S.sum(-1)
         o = np.matmul(S.transpose(1, 0, 2, 3), self.Vdh[layer, :, :, :td])  # (B, Hkv, g, hd)
         acc = acc * alpha[..., None] + o.transpose(1, 0, 2, 3)
