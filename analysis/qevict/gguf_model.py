@@ -257,9 +257,16 @@ class LlamaModel:
         elif logits == "nll":
             if targets is None or len(targets) != T:
                 raise ValueError("logits='nll' needs targets of the same length as tokens")
-            from .metrics import token_nll
-
-            out["nll"] = token_nll(self.logits, x, targets, 512)
+            targets = np.asarray(targets)
+            nll = np.full(T, np.nan, dtype=np.float64)
+            for s in range(0, T, 512):
+                e = min(T, s + 512)
+                lg = self.logits(x[s:e]).astype(np.float64)
+                lse = np.log(np.exp(lg - lg.max(-1, keepdims=True)).sum(-1)) + lg.max(-1)
+                tt = targets[s:e]
+                ok = tt >= 0
+                nll[s:e][ok] = lse[ok] - lg[np.arange(e - s)[ok], tt[ok]]
+            out["nll"] = nll
         elif logits != "none":
             raise ValueError(f"logits must be 'all', 'last', 'none' or 'nll', got {logits!r}")
         return out

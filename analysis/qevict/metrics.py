@@ -23,24 +23,6 @@ import pandas as pd
 from .policies import POLICY_LABELS
 
 
-def token_nll(logits_fn, hidden: np.ndarray, targets, rows: int) -> np.ndarray:
-    """Negative log-likelihood (float64) of ``targets`` (T,) under ``logits_fn(hidden[s:e])``, ``rows``
-    positions at a time (the LM head's output is rows x vocabulary); NaN where a target is negative.
-    The prefill of both models (``logits="nll"``)."""
-    T = hidden.shape[0]
-    targets = np.asarray(targets)
-    nll = np.full(T, np.nan, dtype=np.float64)
-    for s in range(0, T, rows):
-        e = min(T, s + rows)
-        lg = logits_fn(hidden[s:e]).astype(np.float64)
-        mx = lg.max(-1)
-        lse = np.log(np.exp(lg - mx[:, None]).sum(-1)) + mx
-        tt = targets[s:e]
-        ok = tt >= 0
-        nll[s:e][ok] = lse[ok] - lg[np.arange(e - s)[ok], tt[ok]]
-    return nll
-
-
 def needle_accuracy(result: dict, answers) -> np.ndarray:
     """Per stream, the fraction of answers whose every target token is the argmax (teacher-forced;
     equal to greedy-decoding exact match).  ``answers``: [(start, end)] document token ranges."""
