@@ -70,6 +70,9 @@ TIER_NAMES = {FULL: "full", QUANT: "quantized", EVICTED: "evicted", OFFLOADED: "
 DIGEST_BYTES_PER_ELEM = 2  # fp16 min and max of each key channel of a window (Quest / ArkVale digest)
 
 
+DECODED_KERNEL_MAX_STREAMS = 127  # fused engine: decoded windows in the kernel, stream index as int8 code
+
+
 def _softmax_rescale(m: np.ndarray, S: np.ndarray):
     """One online-softmax update of the numpy engines: the new running maximum ``mn`` of ``m`` and the
     scores ``S`` (.., n), the finite shift the block is exponentiated with (0 where every score is
@@ -130,6 +133,10 @@ class MultiStreamCache:
         self.Vd = np.zeros_like(self.Kd)
         self.Kdh = np.zeros_like(self.Kd)  # decoded tokens as the attention reads them
         self.Vdh = np.zeros_like(self.Kd)
+        # the fused engine's copy of Kdh transposed per window (hd x W, like the prompt's keys), for the
+        # compiled kernel over each stream's complete decoded windows (_decoded_windows)
+        self.KdhT = (np.zeros((L, n_streams, Hkv, self.Dmax // window, hd, window), np.float32)
+                     if engine == "fused" else None)
         self.bias = np.zeros((L, Hkv, n_streams, self.Tmax), np.float32)  # -inf: evicted
         self.lossy_tok = np.zeros((L, Hkv, n_streams, self.Tmax), bool)
         self._ev_w = np.zeros((L, Hkv, n_streams, self.NW), bool)
@@ -196,6 +203,8 @@ class MultiStreamCache:
         self.Kdh[layer, :, :, d] = k
         self.Vdh[layer, :, :, d] = v
         wd, r = divmod(d, self.W)
+        if self.KdhT is not None:
+            self.KdhT[layer, :, :, wd, :, r] = k
         if r == 0:
             self.dmin[layer, :, :, wd] = k
             self.dmax[layer, :, :, wd] = k
@@ -393,25 +402,28 @@ class MultiStreamCache:
             self.win_attn[layer] = wa[self.pos]
         return out[self.pos].reshape(B, Hkv * g, hd)
 
-    def _attend_decoded(self, layer: int, qi: np.ndarray, bias: np.ndarray, t: int, m, den, acc, rec: bool):
-        """Each stream's own decoded tokens (positions ``P`` to ``t - 1``) through the running softmax
-        state ``m``, ``den`` (Hkv, B, g) and ``acc`` (Hkv, B, g, hd) left by the prompt part (the sparse
-        and the fused engines).  ``qi``: (B internal, Hkv, g, hd).  Returns the updated (m, den, acc)
-        and, with ``rec``, the decoded windows' final attention shares (Hkv, B, g, windows), else None."""
+    def _attend_decoded(self, layer: int, qi: np.ndarray, bias: np.ndarray, t: int, m, den, acc, rec: bool,
+                        d0: int = 0):
+        """Each stream's own decoded tokens (positions ``P + d0`` to ``t - 1``; ``d0`` a multiple of the
+        window) through the running softmax state ``m``, ``den`` (Hkv, B, g) and ``acc`` (Hkv, B, g, hd)
+        left by the parts before (the sparse engine: all decoded tokens; the fused engine: the open
+        window).  ``qi``: (B internal, Hkv, g, hd).  Returns the updated (m, den, acc) and, with
+        ``rec``, these windows' final attention shares (Hkv, B, g, windows), else None."""
         P, B, Hkv, g, W, NWp = self.P, self.B, self.Hkv, self.g, self.W, self.NWp
         td = t - P
-        Sd = np.matmul(qi, self.Kdh[layer, :, :, :td].swapaxes(-1, -2))  # (B, Hkv, g, td)
-        S = np.ascontiguousarray(Sd.transpose(1, 0, 2, 3))  # (Hkv, B, g, td)
-        if self._ev_w[layer, :, :, NWp:].any() or np.isneginf(bias[:, :, P:t]).any():
-            S += bias[:, :, None, P:t]
+        Sd = np.matmul(qi, self.Kdh[layer, :, :, d0:td].swapaxes(-1, -2))  # (B, Hkv, g, td - d0)
+        S = np.ascontiguousarray(Sd.transpose(1, 0, 2, 3))  # (Hkv, B, g, td - d0)
+        if self._ev_w[layer, :, :, NWp + d0 // W:].any() or np.isneginf(bias[:, :, P + d0:t]).any():
+            S += bias[:, :, None, P + d0:t]
         mn, shift, alpha = _softmax_rescale(m, S)
         den = den * alpha + S.sum(-1)
-        o = np.matmul(S.transpose(1, 0, 2, 3), self.Vdh[layer, :, :, :td])  # (B, Hkv, g, hd)
+        o = np.matmul(S.transpose(1, 0, 2, 3), self.Vdh[layer, :, :, d0:td])  # (B, Hkv, g, hd)
         acc = acc * alpha[..., None] + o.transpose(1, 0, 2, 3)
         wd = None
         if rec:
-            nd = -(-td // W)
-            ws = np.add.reduceat(S, np.arange(0, td, W), axis=-1) if td % W else \
+            n = td - d0
+            nd = -(-n // W)
+            ws = np.add.reduceat(S, np.arange(0, n, W), axis=-1) if n % W else \
                 S.reshape(Hkv, B, g, nd, W).sum(-1)
             wd = ws * (np.exp(shift - mn) / den)[..., None]
         return mn, den, acc, wd
@@ -453,17 +465,46 @@ class MultiStreamCache:
         wsh = np.empty_like(ws)
         prompt_attention(Q4, KT[layer], VV[layer], code, m, den, acc, ws, wsh)
         rec = self.record_attention
-        wd = None
-        if td > 0:  # each stream's own decoded tokens
-            m, den, acc, wd = self._attend_decoded(layer, qi, bias, t, m, den, acc, rec)
+        wd, nf = None, 0
+        if td > 0:  # each stream's own decoded tokens: complete windows in the kernel, the open one here
+            nf = td // W if B <= DECODED_KERNEL_MAX_STREAMS else 0
+            if nf:
+                m, den, acc, dws, dwsh = self._decoded_windows(layer, Q4, bias, nf, m, den, acc)
+            if td > nf * W:
+                m, den, acc, wd = self._attend_decoded(layer, qi, bias, t, m, den, acc, rec, d0=nf * W)
         out = (acc / den[..., None]).transpose(1, 0, 2, 3)  # (B internal, Hkv, g, hd)
         if rec:
             win = np.zeros((Hkv, B, g, self.NW), np.float32)
             win[..., :NWp] = ws * (np.exp(wsh - m[..., None]) / den[..., None])
+            if nf:
+                win[..., NWp:NWp + nf] = dws * (np.exp(dwsh - m[..., None]) / den[..., None])
             if wd is not None:
-                win[..., NWp:NWp + wd.shape[-1]] = wd
+                win[..., NWp + nf:NWp + nf + wd.shape[-1]] = wd
             self.win_attn[layer] = win.mean(2).transpose(1, 0, 2)[self.pos]
         return out[self.pos].reshape(B, Hkv * g, hd)
+
+    def _decoded_windows(self, layer: int, Q4: np.ndarray, bias: np.ndarray, nf: int, m, den, acc):
+        """Every stream's complete decoded windows (0 to ``nf - 1``) in the compiled kernel, as a
+        second pass with stream ``b``'s own keys and values as its "precision" (code b; -1 where the
+        window is masked: evicted, or offloaded and not loaded), merged into the prompt part's softmax
+        state (m, den, acc).  Returns the merged state and the windows' sums ``dws`` with their shifts
+        ``dwsh`` (Hkv, B, g, nf), as the kernel defines them."""
+        P, B, Hkv, g, hd, W = self.P, self.B, self.Hkv, self.g, self.hd, self.W
+        KT = self.KdhT[layer][:, :, :nf]  # (B, Hkv, nf, hd, W)
+        VV = self._dec_view(self.Vdh)[layer][:, :, :nf]  # (B, Hkv, nf, W, hd)
+        code = np.empty((Hkv, B, nf), np.int8)
+        code[:] = np.arange(B, dtype=np.int8)[None, :, None]
+        code[np.isneginf(bias[:, :, P:P + nf * W:W])] = -1
+        m2 = np.empty((Hkv, B, g), np.float32)
+        den2 = np.empty_like(m2)
+        acc2 = np.empty((Hkv, B, g, hd), np.float32)
+        dws = np.empty((Hkv, B, g, nf), np.float32)
+        dwsh = np.empty_like(dws)
+        prompt_attention(Q4, KT, VV, code, m2, den2, acc2, dws, dwsh)
+        mn = np.maximum(m, m2)
+        shift = np.where(np.isfinite(mn), mn, np.float32(0))
+        f1, f2 = np.exp(m - shift), np.exp(m2 - shift)  # 0 for a part that read nothing (m = -inf)
+        return mn, den * f1 + den2 * f2, acc * f1[..., None] + acc2 * f2[..., None], dws, dwsh
 
     def read_all(self, b: int, layer: int, t: int, bias: np.ndarray | None = None):
         """K, V (Hkv, t, hd) as stream ``b`` reads them and its mask (Hkv, t) (0 or -inf); ``bias``:
@@ -625,6 +666,8 @@ class MultiStreamCache:
         ib = self.pos[b]
         self._dec_view(self.Kdh)[l, ib, h, w - self.NWp] = K
         self._dec_view(self.Vdh)[l, ib, h, w - self.NWp] = V
+        if self.KdhT is not None:
+            self.KdhT[l, ib, h, w - self.NWp] = np.swapaxes(K, -1, -2)
 
     def _set_lossy(self, b, l, h, w, value: bool):
         self.lossy[b, l, h, w] = value
