@@ -490,17 +490,20 @@ class MultiStreamCache:
         state (m, den, acc).  Returns the merged state and the windows' sums ``dws`` with their shifts
         ``dwsh`` (Hkv, B, g, nf), as the kernel defines them."""
         P, B, Hkv, g, hd, W = self.P, self.B, self.Hkv, self.g, self.hd, self.W
-        KT = self.KdhT[layer][:, :, :nf]  # (B, Hkv, nf, hd, W)
-        VV = self._dec_view(self.Vdh)[layer][:, :, :nf]  # (B, Hkv, nf, W, hd)
-        code = np.empty((Hkv, B, nf), np.int8)
-        code[:] = np.arange(B, dtype=np.int8)[None, :, None]
-        code[np.isneginf(bias[:, :, P:P + nf * W:W])] = -1
+        # every decoded window's slot is passed (contiguous arrays: the kernel's loops vectorize only
+        # over unit strides); the windows from nf on are not read (code -1)
+        KT = self.KdhT[layer]  # (B, Hkv, NWd, hd, W)
+        VV = self._dec_view(self.Vdh)[layer]  # (B, Hkv, NWd, W, hd)
+        code = np.full((Hkv, B, KT.shape[2]), -1, np.int8)
+        code[:, :, :nf] = np.arange(B, dtype=np.int8)[None, :, None]
+        code[:, :, :nf][np.isneginf(bias[:, :, P:P + nf * W:W])] = -1
         m2 = np.empty((Hkv, B, g), np.float32)
         den2 = np.empty_like(m2)
         acc2 = np.empty((Hkv, B, g, hd), np.float32)
-        dws = np.empty((Hkv, B, g, nf), np.float32)
-        dwsh = np.empty_like(dws)
-        prompt_attention(Q4, KT, VV, code, m2, den2, acc2, dws, dwsh)
+        ws2 = np.empty((Hkv, B, g, KT.shape[2]), np.float32)
+        wsh2 = np.empty_like(ws2)
+        prompt_attention(Q4, KT, VV, code, m2, den2, acc2, ws2, wsh2)
+        dws, dwsh = ws2[..., :nf], wsh2[..., :nf]
         mn = np.maximum(m, m2)
         shift = np.where(np.isfinite(mn), mn, np.float32(0))
         f1, f2 = np.exp(m - shift), np.exp(m2 - shift)  # 0 for a part that read nothing (m = -inf)
