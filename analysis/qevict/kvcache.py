@@ -23,6 +23,9 @@ memory stays bounded however long the context:
   walks the prompt window by window and, per KV head, computes scores, softmax update and value
   sum only for the streams that read that window, at the precision they read it (exact, or one
   bit width's dequantized copy); the keys are stacked transposed per window (``_fused_tensors``).
+  A second pass of the same kernel covers each stream's complete decoded windows, with the stream's
+  own keys and values as its "precision" (``_decoded_windows``; keys kept transposed per window in
+  ``KdhT``), merged into the same softmax state; only the open window goes through numpy.
 * ``"sparse"``: per block of ``block`` prompt keys, one GEMM of the streams that read some of its
   windows exactly against the shared exact keys and one GEMM per bit width of that bit width's
   streams against its dequantized keys, with ``-inf`` on the windows a row does not read.
@@ -32,9 +35,9 @@ memory stays bounded however long the context:
   width's rows are one contiguous slice (no copies).
 
 Bytes read per step: about (1 + number of bit widths) x the prompt cache, plus each stream's own
-decoded tokens (which cannot be shared; :meth:`_attend_decoded`, shared by the fused and sparse
-engines).  :meth:`attend_reference` is an independent per-stream implementation (slow) that the
-tests compare every engine against.
+decoded tokens (which cannot be shared; :meth:`_attend_decoded`: all of them in the sparse engine,
+the open window in the fused one).  :meth:`attend_reference` is an independent per-stream
+implementation (slow) that the tests compare every engine against.
 
 Two ways to promote a quantized window back to ``FULL``:
 
@@ -134,7 +137,8 @@ class MultiStreamCache:
         self.Kdh = np.zeros_like(self.Kd)  # decoded tokens as the attention reads them
         self.Vdh = np.zeros_like(self.Kd)
         # the fused engine's copy of Kdh transposed per window (hd x W, like the prompt's keys), for the
-        # compiled kernel over each stream's complete decoded windows (_decoded_windows)
+        # compiled kernel over each stream's complete decoded windows (_decoded_windows); written when a
+        # window completes (one block copy, not a strided write per token) and when a window is rewritten
         self.KdhT = (np.zeros((L, n_streams, Hkv, self.Dmax // window, hd, window), np.float32)
                      if engine == "fused" else None)
         self.bias = np.zeros((L, Hkv, n_streams, self.Tmax), np.float32)  # -inf: evicted
@@ -203,8 +207,8 @@ class MultiStreamCache:
         self.Kdh[layer, :, :, d] = k
         self.Vdh[layer, :, :, d] = v
         wd, r = divmod(d, self.W)
-        if self.KdhT is not None:
-            self.KdhT[layer, :, :, wd, :, r] = k
+        if self.KdhT is not None and r == self.W - 1:  # a decoded window is complete: its transposed copy
+            self.KdhT[layer, :, :, wd] = self.Kdh[layer, :, :, d + 1 - self.W:d + 1].swapaxes(-1, -2)
         if r == 0:
             self.dmin[layer, :, :, wd] = k
             self.dmax[layer, :, :, wd] = k
