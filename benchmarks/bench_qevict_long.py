@@ -8,7 +8,9 @@
   ``analysis.qevict.policies``, 49 lockstep streams; ``--policies issue13``: the 10 the chapter had when
   the target was set, full cache included, 37 streams), one shared
   prefill with capture, then the decoding steps; target: 8,192 context tokens (SmolLM2's whole
-  context: 7,168 + 1,024) in <= 10 min on 2 cores.  Reports the time per decoding step against the
+  context: 7,168 + 1,024) in <= 10 min on 2 cores; measure it whole (a step's cost depends on the
+  decoded tokens and one-time costs fall in the first steps, so short runs extrapolate badly).
+  Reports the time per decoding step against the
   bytes a step must read (the shared prompt K/V once, plus one dequantized copy per bit width, each
   stream's own decoded K/V, and the float32 weights) divided by the measured memory read bandwidth,
   and against the FLOPs it multiplies (weights, and the attention rows x keys the engine computes:
