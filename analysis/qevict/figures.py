@@ -123,8 +123,9 @@ def long_kl_plot(long_table: pd.DataFrame, palette: dict, markers: dict):
     n = len(runs)
     ncol = min(n, 2)
     nrow = int(np.ceil(n / ncol))
-    fig, axes = plt.subplots(nrow, ncol, figsize=(8.2 if ncol > 1 else 6.0, 3.6 * nrow + 1.0), squeeze=False,
-                             sharey=True)
+    below = n % ncol == 0  # the legend below the panels, or in the one left empty
+    size = (8.2 if ncol > 1 else 6.0, 3.6 * nrow + (1.0 if below else 0.2))
+    fig, axes = plt.subplots(nrow, ncol, figsize=size, squeeze=False, sharey=True)
     for ax, run in zip(axes.flat, runs):
         d = long_table[long_table.run == run]
         for lab, g in d.groupby("label", sort=False):
@@ -136,10 +137,16 @@ def long_kl_plot(long_table: pd.DataFrame, palette: dict, markers: dict):
         ax.set_yscale("log")
         ax.set_xlabel("budget (fraction of full-cache bytes)", fontsize=8)
         ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda x, _: f"{x:.0%}"))
-    for ax in list(axes.flat)[n:]:
-        ax.set_visible(False)
-    axes[0, 0].set_ylabel("KL(full ‖ policy) per token [nats]", fontsize=8)
+    spare = list(axes.flat)[n:]
+    for ax in spare:
+        ax.axis("off")
+    for row in axes:
+        row[0].set_ylabel("KL(full ‖ policy) per token [nats]", fontsize=8)
     h, lab = axes[0, 0].get_legend_handles_labels()
-    fig.legend(h, lab, loc="lower center", ncol=4, fontsize=7, bbox_to_anchor=(0.5, 0.0))
-    fig.tight_layout(rect=(0, 0.9 / (3.6 * nrow + 1.0) + 0.12, 1, 1))
+    if not below:
+        spare[0].legend(h, lab, loc="center", ncol=2, fontsize=7, frameon=False)
+        fig.tight_layout()
+    else:
+        fig.legend(h, lab, loc="lower center", ncol=4, fontsize=7, bbox_to_anchor=(0.5, 0.0))
+        fig.tight_layout(rect=(0, 0.9 / (3.6 * nrow + 1.0) + 0.12, 1, 1))
     return fig
