@@ -117,6 +117,7 @@ def long_kl_plot(long_table: pd.DataFrame, palette: dict, markers: dict):
     """KL against the budget for every policy, one panel per committed long run (mean over its
     documents): the committed long-context table (``longview.long_results``) as a figure, whose full
     table the chapter offers as a CSV download."""
+    import matplotlib
     import matplotlib.pyplot as plt
 
     runs = list(dict.fromkeys(long_table.run))
@@ -126,12 +127,19 @@ def long_kl_plot(long_table: pd.DataFrame, palette: dict, markers: dict):
     below = n % ncol == 0  # the legend below the panels, or in the one left empty
     size = (8.2 if ncol > 1 else 6.0, 3.6 * nrow + (1.0 if below else 0.2))
     fig, axes = plt.subplots(nrow, ncol, figsize=size, squeeze=False, sharey=True)
+    # a policy whose colour an earlier one already has (the palette repeats) is drawn dashed
+    seen, dashed = set(), set()
+    for lab in dict.fromkeys(long_table.label):
+        c = matplotlib.colors.to_rgba(palette.get(lab, "k"))
+        if c in seen:
+            dashed.add(lab)
+        seen.add(c)
     for ax, run in zip(axes.flat, runs):
         d = long_table[long_table.run == run]
         for lab, g in d.groupby("label", sort=False):
             g = g.sort_values("budget")
             ax.plot(g.budget, g.KL, marker=markers.get(lab, "o"), color=palette.get(lab, "k"), ms=4, lw=1,
-                    label=lab)
+                    ls="--" if lab in dashed else "-", label=lab)
         ctx = int(d.context_tokens.max())
         ax.set_title(f"{run}\n{d.model.iloc[0]}, {ctx:,} tokens", fontsize=8)
         ax.set_yscale("log")
