@@ -80,6 +80,29 @@ def test_blocked_engine_equals_reference(bits, engine):
     assert np.array_equal(blk.tier, ref.tier) and np.any(blk.tier == QUANT) == any(bits)
 
 
+def test_fused_engine_beyond_the_decoded_kernels_stream_limit_equals_reference():
+    """More streams than the int8 stream codes of the decoded-window pass can name
+    (``DECODED_KERNEL_MAX_STREAMS``): the fused engine reads the decoded tokens in numpy instead and
+    still equals the per-stream reference, complete decoded windows included."""
+    from analysis.qevict.kvcache import DECODED_KERNEL_MAX_STREAMS
+
+    bits = [(0, 2, 4)[i % 3] for i in range(DECODED_KERNEL_MAX_STREAMS + 3)]
+    cfg, (fus, ref) = _caches(bits, P=64, D=24, engine="fused")
+    P, W = fus.P, fus.W
+    for pos in range(P, P + 20):
+        if pos % W == 0:
+            for c in (fus, ref):
+                _retier(c, pos, pos // W, bits)
+        k, v, q = _step_inputs(cfg, len(bits), pos)
+        for li in range(cfg.n_layers):
+            outs = []
+            for c in (fus, ref):
+                c.append(li, k, v, pos)
+                outs.append((c.attend(li, q, pos), c.win_attn[li].copy()))
+            np.testing.assert_allclose(outs[0][0], outs[1][0], rtol=1e-4, atol=2e-5)
+            np.testing.assert_allclose(outs[0][1], outs[1][1], rtol=1e-4, atol=1e-6)
+
+
 def test_engine_uses_the_mask():
     """An evicted window gets no attention; removing the mask term would give it some."""
     cfg, (blk, _) = _caches([0, 0])
