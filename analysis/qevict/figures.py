@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..plots import LINESTYLES
 from .policies import POLICY_LABELS
 
 OUTCOME_COLORS = {"better": "#1b9e77", "not worse": "#7fc97f", "unclear": "#999999", "worse": "#d95f02",
@@ -127,19 +128,18 @@ def long_kl_plot(long_table: pd.DataFrame, palette: dict, markers: dict):
     below = n % ncol == 0  # the legend below the panels, or in the one left empty
     size = (8.2 if ncol > 1 else 6.0, 3.6 * nrow + (1.0 if below else 0.2))
     fig, axes = plt.subplots(nrow, ncol, figsize=size, squeeze=False, sharey=True)
-    # a policy whose colour an earlier one already has (the palette repeats) is drawn dashed
-    seen, dashed = set(), set()
+    # the book's second cue (plots.LINESTYLES): the k-th policy with a given colour gets line style k
+    uses, style = {}, {}
     for lab in dict.fromkeys(long_table.label):
         c = matplotlib.colors.to_rgba(palette.get(lab, "k"))
-        if c in seen:
-            dashed.add(lab)
-        seen.add(c)
+        style[lab] = LINESTYLES[uses.get(c, 0) % len(LINESTYLES)]
+        uses[c] = uses.get(c, 0) + 1
     for ax, run in zip(axes.flat, runs):
         d = long_table[long_table.run == run]
         for lab, g in d.groupby("label", sort=False):
             g = g.sort_values("budget")
             ax.plot(g.budget, g.KL, marker=markers.get(lab, "o"), color=palette.get(lab, "k"), ms=4, lw=1,
-                    ls="--" if lab in dashed else "-", label=lab)
+                    ls=style[lab], label=lab)
         ctx = int(d.context_tokens.max())
         ax.set_title(f"{run}\n{d.model.iloc[0]}, {ctx:,} tokens", fontsize=8)
         ax.set_yscale("log")
