@@ -163,3 +163,21 @@ def test_lazy_engines_match_one_event_per_iteration(mode, chunked):
     np.testing.assert_array_equal(a.ttft, b.ttft)
     np.testing.assert_array_equal(a.tpot, b.tpot)
     assert a.sim_seconds == pytest.approx(b.sim_seconds)
+
+
+def test_plans_are_judged_at_the_90th_percentile():
+    """The tail the simulation judges is the 90th percentile (DistServe's and Splitwise's), written
+    here as a literal, not read from ``des.PERCENTILE``: on a loaded PD plan the 90th and 50th
+    percentiles differ, so judging at any other percentile fails this test. The reference copy in
+    tests/_des_reference.py keeps its own constant, so the equality test above cannot see it."""
+    wl = S.Workload.from_lengths(np.array([500.0, 4000.0, 12000.0, 800.0] * 100),
+                                 np.array([20.0, 200.0, 60.0, 400.0] * 100))
+    p, g = _pd_plan(wl)
+    r = des.simulate(p, MODEL, wl, budget=8, load=0.9, n_requests=400, seed=6, grid=g)
+    decoding = r.tpot[r.tpot > 0]
+    assert np.percentile(r.ttft, 90) > 1.01 * np.percentile(r.ttft, 50)  # the sample tells them apart
+    assert np.percentile(decoding, 90) > 1.01 * np.percentile(decoding, 50)
+    assert r.p90_ttft_s == pytest.approx(np.percentile(r.ttft, 90), rel=1e-12)
+    assert r.p90_tpot_s == pytest.approx(np.percentile(decoding, 90), rel=1e-12)
+    slo = S.SLO(ttft_s=r.p90_ttft_s * 0.999, tpot_s=1e6)
+    assert not r.judged(slo) and r.judged(S.SLO(ttft_s=r.p90_ttft_s, tpot_s=r.p90_tpot_s))
