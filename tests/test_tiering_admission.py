@@ -109,3 +109,29 @@ def test_costs_price_writes_and_hits(real):
     assert full["wear_usd_per_h"] == pytest.approx(full["written_tokens"] * nv.bytes_per_token
                                                    * nv.usd_per_byte_written / hours)
     assert sec["tb_written_per_h"] < full["tb_written_per_h"] and sec["read_factor"] >= full["read_factor"]
+
+
+def test_costs_price_the_store_pro_rata_to_its_capacity(real):
+    """A store of capacity C on ``admission_tier`` drives of total capacity D costs C/D of the drives'
+    price per second (capex and energy), never more than the whole drives: with no hits and no
+    writes, the busy cost is ``busy_s * (tp * gpu + min(1, C/D) * tier_usd_per_s)`` per token, and
+    the tier part is read off by moving the GPU price (the cost is linear in it)."""
+    tr, _ = real
+    d = T.Deployment()
+    nv = T.build_tier("nvme", d)
+    D = nv.capacity_tokens
+    tokens = float(tr.input_tokens.sum())
+
+    def cost_at(cap_tokens, gpu_usd_per_s):
+        row = {"policy": "none", "admission": "none", "capacity_blocks": cap_tokens / tr.block_size,
+               "per_request_hit_tokens": np.zeros(tr.n_requests), "written_tokens": 0.0}
+        econ = R.Economics(gpu_usd_per_s, 5.0)
+        return A.costs(tr, [row], d, econ, "nvme")[0]["busy_usd_per_mtok"] * tokens / 1e6
+
+    g1, g2 = 1e-3, 2e-3
+    for frac in (0.01, 0.25, 1.0, 4.0):
+        c1, c2 = cost_at(frac * D, g1), cost_at(frac * D, g2)
+        gpu_s = (c2 - c1) / (g2 - g1)                  # busy instance-seconds x tp
+        busy_s = gpu_s / d.tp
+        tier_usd = c1 - gpu_s * g1
+        assert tier_usd == pytest.approx(busy_s * nv.usd_per_s * min(1.0, frac), rel=1e-6), frac
