@@ -83,10 +83,10 @@ def test_routed_service_and_cost(real):
     d = T.Deployment(local_dram_bytes=20e9)
     econ = R.Economics(T.gpu_usd_per_s(d), 5.0)
     tiers = T.build_tiers("dram", d)
-    svc1, _ = CL.routed_service(tr, tiers, d, 1, "round_robin")
+    svc1, _ = R.routed_service(tr, tiers, d, 1, "round_robin")
     ideal = R.service_times(tr, hc, tiers, d)
     np.testing.assert_allclose(svc1.service_s, ideal.service_s)   # one instance = the single stack
-    svc4, r4 = CL.routed_service(tr, tiers, d, 4, "kv_aware")
+    svc4, r4 = R.routed_service(tr, tiers, d, 4, "kv_aware")
     # the instances' own stacks give the router's prefix hits (DRAM loads always beat recompute)
     # (a fully cached prompt still computes its last token)
     expect = np.minimum(r4["per_request_hit_tokens"], np.maximum(tr.input_tokens - 1, 0))
@@ -94,4 +94,4 @@ def test_routed_service_and_cost(real):
     dur, tok = float(tr.arrival_s[-1]), float(tr.input_tokens.sum())
     assert R.busy_cost_per_mtok(svc4, d, econ, dur, tok) > 0
     with pytest.raises(ValueError, match="local tiers only"):
-        CL.routed_service(tr, T.build_tiers("pool", d), d, 2, "kv_aware")
+        R.routed_service(tr, T.build_tiers("pool", d), d, 2, "kv_aware")

@@ -32,6 +32,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from .. import cache as _cache
 from ..traces import Trace
 from .endurance import written_tokens
 from .hitcurve import HitCurve, lru_hit_curve
@@ -170,8 +171,6 @@ def curves(trace: Trace, hc: HitCurve, ns, policies, capacity_blocks: float, *, 
     """Hit rate (and p90 TTFT estimate, busiest instance's share) against the number of instances
     for each routing policy at the first load (and, for load-aware policies, at every load), plus
     the pooled store's exact hit rate (memoised on disk)."""
-    from .. import cache as _cache
-
     ns = [int(n) for n in ns]
     for p in policies:
         for n in ns:
@@ -202,20 +201,3 @@ def curves(trace: Trace, hc: HitCurve, ns, policies, capacity_blocks: float, *, 
                      "token_hit_rate": pooled(hc, n, capacity_blocks), "ttft_p90_s": np.nan,
                      "max_share": np.nan})
     return rows
-
-
-def routed_service(trace: Trace, tiers, d, n_instances: int, policy: str, *, full_s=None,
-                   load_scale: float = 1.0, load_slack_s: float = 1.0, seed: int = 0,
-                   affinity_blocks: int = 2, config: str = ""):
-    """The replay's service times when ``n_instances`` instances with the local tiers ``tiers`` are
-    routed by ``policy``: each instance's own stack gives its hits per tier and its writes. Pooled
-    (non-local) tiers are not modelled here (use the pooled-store rows)."""
-    from .replay import service_from_hits
-
-    if any(not t.local for t in tiers):
-        raise ValueError("routed_service models local tiers only; the pooled store is the single stack")
-    caps = [int(t.capacity_tokens // trace.block_size) for t in tiers]
-    r = route(trace, n_instances, policy, float(sum(caps)), full_s=full_s, load_scale=load_scale,
-              load_slack_s=load_slack_s, seed=seed, affinity_blocks=affinity_blocks)
-    hits, written = routed_tier_split(trace, r["assignment"], caps)
-    return service_from_hits(trace, hits, written, tiers, d, config=config), r

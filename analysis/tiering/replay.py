@@ -36,6 +36,7 @@ import numpy as np
 from .. import kv
 from ..specs import model as _model
 from . import prefill as _prefill
+from .cluster import route, routed_tier_split
 from .endurance import read_factor, written_tokens
 from .hitcurve import HitCurve
 from .tiers import CONFIGS, Deployment, Tier, build_tiers
@@ -130,6 +131,22 @@ def service_from_hits(trace, hits, written_tokens_per_tier, tiers: list[Tier], d
     load = np.where(svc >= nocache, 0.0, load)
     comp = np.where(svc >= nocache, nocache, comp)
     return Service(config, tiers, hits, comp, load, svc, nocache, wbytes, factor)
+
+
+def routed_service(trace, tiers, d, n_instances: int, policy: str, *, full_s=None,
+                   load_scale: float = 1.0, load_slack_s: float = 1.0, seed: int = 0,
+                   affinity_blocks: int = 2, config: str = ""):
+    """Service times when ``n_instances`` instances with the local tiers ``tiers`` are routed by
+    ``policy`` (:func:`analysis.tiering.cluster.route`): each instance's own stack gives its hits per
+    tier and its writes. Pooled (non-local) tiers are not modelled here (use the pooled-store rows of
+    :func:`analysis.tiering.cluster.curves`)."""
+    if any(not t.local for t in tiers):
+        raise ValueError("routed_service models local tiers only; the pooled store is the single stack")
+    caps = [int(t.capacity_tokens // trace.block_size) for t in tiers]
+    r = route(trace, n_instances, policy, float(sum(caps)), full_s=full_s, load_scale=load_scale,
+              load_slack_s=load_slack_s, seed=seed, affinity_blocks=affinity_blocks)
+    hits, written = routed_tier_split(trace, r["assignment"], caps)
+    return service_from_hits(trace, hits, written, tiers, d, config=config), r
 
 
 def fcfs_start_times(arrival_s: np.ndarray, service_s: np.ndarray, n_instances: int) -> np.ndarray:
@@ -572,8 +589,6 @@ def tornado(trace, hc: HitCurve, d: Deployment, econ: Economics, config: str, fa
         tiers = build_tiers(config, dd)
         svc = service_times(trace, hc, tiers, dd)
         if routing != "ideal":
-            from .cluster import routed_service
-
             n = min(busy_instances(svc, duration), trace.n_requests)
             svc, _ = routed_service(
                 trace, tiers, dd, n, routing, full_s=svc.nocache_s, load_scale=ee.load_scale
