@@ -69,14 +69,6 @@ def module_file(name: str) -> Path | None:
     return None
 
 
-def module_name(file: Path) -> str:
-    rel = Path(file).resolve().relative_to(PACKAGE_DIR).with_suffix("")
-    parts = [PACKAGE, *rel.parts]
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
 @functools.lru_cache(maxsize=512)
 def _parse_cached(file: str, mtime_ns: int, size: int) -> ast.Module:
     return ast.parse(Path(file).read_text(encoding="utf-8"), filename=file)
@@ -319,14 +311,6 @@ def digest(fp: dict[str, str]) -> str:
 def chapter_key(path) -> str:
     """The execution-cache key of a chapter: hash of its modules' source and the files it reads."""
     return digest(fingerprint(chapter_deps(path)))
-
-
-def code_and_data_hashes(deps: dict) -> tuple[str, str]:
-    """(code hash, data hash) of ``deps``, for provenance records (e.g. a rerun's result.csv)."""
-    fp = fingerprint(deps)
-    mods = {k: v for k, v in fp.items() if k.endswith(".py")}
-    files = {k: v for k, v in fp.items() if not k.endswith(".py")}
-    return digest(mods)[:16], digest(files)[:16]
 
 
 def function_modules(fn) -> set[str]:

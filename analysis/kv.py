@@ -229,11 +229,6 @@ def prefill_flops(model, n_new, prefix=0):
             + attention_core_flops(model, n_new, prefix))
 
 
-def decode_flops_per_token(model, context):
-    """FLOPs of one decode step for a sequence that already holds ``context`` tokens."""
-    return matmul_flops_per_token(model) + attention_core_flops(model, 1, context)
-
-
 def kv_exceeds_weights_batch(model, context, dtype="bf16", weight_dtype="bf16"):
     """Smallest (fractional) batch at which the KV cache of ``batch x context`` exceeds the weights."""
     per_seq = np.asarray(kv_bytes(model, context, 1, dtype), dtype=float)

@@ -45,9 +45,3 @@ def tokens_formatter():
                 return f"{x / v:g}{unit}"
         return f"{x:g}"
     return mticker.FuncFormatter(f)
-
-
-def label_lines(ax, xs, ys, labels, *, fontsize=8, dx=1.02):
-    """Write each label at the right end of its line (direct labelling; no legend lookup)."""
-    for x, y, lab in zip(xs, ys, labels):
-        ax.annotate(lab, (x, y), xytext=(4, 0), textcoords="offset points", va="center", fontsize=fontsize)

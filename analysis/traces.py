@@ -70,10 +70,6 @@ class Trace:
     def request_blocks(self, i: int) -> np.ndarray:
         return self.block_ids[self.offsets[i]:self.offsets[i + 1]]
 
-    def request_of_block(self) -> np.ndarray:
-        """Request index of every block (same length as ``block_ids``)."""
-        return np.repeat(np.arange(self.n_requests), np.diff(self.offsets))
-
     def head(self, n: int) -> "Trace":
         """The first ``n`` requests (for quick tests)."""
         n = min(int(n), self.n_requests)

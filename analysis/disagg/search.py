@@ -743,10 +743,6 @@ def pareto(mode, model, wl, ttft_s, tpot_grid, hardware, **kw):
     return np.array(out)
 
 
-def count_candidates(mode, model, wl, hardware, **kw) -> int:
-    return sum(len(c["rate"]) for c in mode_candidates(mode, model, wl, hardware, **kw))
-
-
 def throughput_benchmark(model="Llama-3.1-70B", device="H100-SXM5-80GB", repeat=3) -> dict:
     """Distinct candidate configurations priced per second by the vectorised search (all five modes
     for one model and workload; units shared by several modes counted once)."""

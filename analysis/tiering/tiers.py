@@ -360,7 +360,3 @@ def gpu_usd_per_s(
     if basis == "own":
         return g["price"] / lifetime_s + energy_usd_per_s(g["power"], d)
     raise ValueError(f"gpu cost basis must be 'rent' or 'own', got {basis!r}")
-
-
-def as_rows(tiers) -> list[dict]:
-    return [dataclasses.asdict(t) for t in tiers]
