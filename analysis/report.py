@@ -130,7 +130,8 @@ def rerun_footer(chapter: str, sweep: str | None = None):
 
 def csv_download(df, filename: str, text: str | None = None):
     """An HTML link that downloads ``df`` as CSV (embedded as a data URI, so it works in the built book,
-    in the notebook and offline); for tables too long to show (issue 11: figures + full table as CSV)."""
+    in the notebook and offline); for tables too long to show (the page keeps the figure and links the
+    full table as CSV)."""
     import base64
     import html
 

@@ -19,8 +19,8 @@ from .fidelity import KVPolicy
 from .pipeline import LAYOUTS, MODES, ComposeError, ReuseCurve, Scenario, evaluate
 
 LAYOUT_LABELS = {k: CONFIGS[k][0] for k in LAYOUTS}
-# modes that entered the composition once chapter 3's plan records split prefill from decode work
-# (issue 16, part 4): the attention/FFN pair that runs both phases
+# modes the composition reads from chapter 3's plan records that split prefill from decode work (the
+# attention/FFN pair that runs both phases); the chapter reports them apart from the older modes
 NEW_MODES = ("AF",)
 
 

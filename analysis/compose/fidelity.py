@@ -105,7 +105,7 @@ def measure(policies, budgets, *, documents=("docs:typing",), prefill_tokens: in
     if not budgets or any(not 0 < b <= 1 for b in budgets):
         raise ValueError(f"budgets are fractions of the full cache in (0, 1], got {list(budgets)}")
     p = {k: v.default for k, v in qparams.PARAMS.items()}
-    p["tuned_settings"] = "none"  # chapter 4's frozen settings cover its own budgets only (issue 14)
+    p["tuned_settings"] = "none"  # chapter 4's frozen settings cover its own budgets only
     p.update(documents=list(documents), prefill_tokens=int(prefill_tokens), decode_tokens=int(decode_tokens),
              policies=["full"] + [x for x in policies if x != "full"], budgets=[float(b) for b in budgets],
              heatmap_document=0, **overrides)

@@ -88,7 +88,7 @@ def long_rule_tables(arts, policy: str = "qevict_recall", genre_labels: dict | N
     return pd.DataFrame(rows)
 
 
-MAIN_PREFIX = "qevict_long_main_"  # issue 14's main comparison: one artifact per architecture
+MAIN_PREFIX = "qevict_long_main_"  # the main comparison: one artifact per architecture
 
 
 def main_comparison(arts):
@@ -222,8 +222,8 @@ def budget_trend_text(summary: pd.DataFrame, policy: str) -> str:
 
 # Declared 2026-12-01, before the main runs were regenerated with KL scored over the shared-history steps
 # (commit b92f083), and after the earlier main runs had shown the arithmetic mean of QEvict-recall's KL on
-# SmolLM2 rising from 35% to 50% because of one needle document (issue 14: "a three-tier policy must
-# approach the full cache as the budget grows").  It is the QEvict rule's test (analysis.qevict.metrics.
+# SmolLM2 rising from 35% to 50% because of one needle document (the claim tested: "a three-tier policy
+# must approach the full cache as the budget grows").  It is the QEvict rule's test (analysis.qevict.metrics.
 # QEVICT_RULE: per-document log KL ratios, t over documents, Holm) applied to consecutive budgets of one
 # policy; the geometric mean is also what the settings search minimized (analysis.qevict.tuning).
 BUDGET_TREND_RULE = dict(

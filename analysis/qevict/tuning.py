@@ -1,4 +1,4 @@
-"""QEvict's and MiKV's settings chosen on tuning documents, then frozen (issue 14).
+"""QEvict's and MiKV's settings chosen on tuning documents, then frozen.
 
 A seeded random search over each policy's knobs, per budget, with the same number of candidates for
 QEvict (full-precision share, middle-tier bits 2/3/4, score decay, promotion margin) and MiKV (the
