@@ -15,7 +15,8 @@ chapter                    code
                            :mod:`.forward`
 ``04_qevict``              :mod:`.qevict` (numpy GGUF model, KV cache, policies, drift metrics)
 ``05_where_kv_lives``      :mod:`.compose` (chapters 1-4 composed into cost per token), calling the
-                           public functions of :mod:`.tiering`, :mod:`.disagg` and :mod:`.qevict`
+                           public functions of :mod:`.tiering`, :mod:`.disagg` and :mod:`.qevict`;
+                           timed by :mod:`.forward`
 ``appendix_reproduce``     :mod:`.data`, :mod:`.report` (files, versions, measured resources)
 =========================  ==========================================================================
 
@@ -23,8 +24,10 @@ Layers (a module imports only from its own layer or the layers above it):
 
 1. **data and specs**: :mod:`.data` (external files through ``data/registry.yaml``, verified by
    sha256; in-repo tables with provenance), :mod:`.specs` (typed model and hardware specs).
-2. **core models**, shared by the chapters: :mod:`.kv`, :mod:`.roofline`, :mod:`.forward` (the one
-   forward-pass cost model of chapters 2, 3 and 5), :mod:`.traces` (request-trace readers).
+2. **core models**, shared by the chapters: :mod:`.kv`, :mod:`.roofline` (the roofline primitive and
+   Mooncake's Eq. 2 as the paper writes it), :mod:`.forward` (the one time model: every operator and
+   forward pass of chapters 2, 3 and 5, priced through pluggable backends, the roofline by default),
+   :mod:`.traces` (request-trace readers).
 3. **chapter subpackages**: :mod:`.tiering`, :mod:`.disagg`, :mod:`.qevict`; none imports another.
 4. **composition**: :mod:`.compose` (chapter 5) imports the three subpackages' public functions.
 

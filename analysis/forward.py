@@ -20,17 +20,43 @@ Per layer, for the tokens of one forward pass on one *instance* of ``n = tp * dp
   and combine per MoE layer), each ``bytes / (link * link_eff) + latency``;
 * once per forward: LM head (and the embedding gather) and a fixed per-step overhead.
 
-Each operator costs ``max(FLOPs / (peak * compute_eff), bytes / (bandwidth * bw_eff))``
-(:func:`analysis.roofline.op_time` semantics) and operators add up (no overlap between operators).
+Operators add up (no overlap between operators). Each operator is priced by a *backend* (see
+"Backends" below): the default ``"roofline"`` backend costs a compute operator
+``max(FLOPs / (peak * compute_eff), bytes / (bandwidth * bw_eff))`` (:func:`analysis.roofline.op_time`
+semantics) and a communication operator its wire time (bytes over the link at the link efficiency,
+plus the collective latency).
+
+This is the book's one time model: every chapter times operators and forward passes here
+(chapter 2's replay and load-versus-recompute through :mod:`analysis.tiering.prefill`, chapter 3's
+search and event simulation, chapter 5's composition). :func:`prefill_time` and
+:func:`decode_step_time` price one instance's pass from names (model, GPU, dtypes);
+:func:`layerwise_overlap` is the rule for loads overlapped layer by layer with compute.
+
+Backends
+--------
+An operator reaches its backend as an :class:`Op` (kind, kernel-table shape, FLOPs and bytes per
+device, the device's peaks, and for communication the wire time), every field an array over the
+candidate plans. A backend is a function ``(op, eff) -> (seconds, measured)`` registered by name
+with :func:`register_backend`; ``measured`` is the fraction of ``seconds`` read from measured
+kernel tables (0 for the roofline), which :func:`ledger` sums into each plan's measured share. A
+device dict names its backend under ``"backend"`` (absent: ``"roofline"``), so a measured backend
+(per-GPU tables of GEMM by ``(m, n, k, dtype)``, MoE, attention by ``(batch, seq, heads)``, NCCL
+all-reduce, DeepEP all-to-all) plugs in per device and falls back to the roofline where its tables
+have no entry.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+import contextlib
+import contextvars
+import functools
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Callable
 
 import numpy as np
 
 from . import kv
 from .specs import ModelSpec
+from .specs import gpu as _gpu
 from .specs import model as _model
 
 
@@ -153,6 +179,17 @@ def shape(model: str | ModelSpec) -> Shape:
     )
 
 
+# Weight storage per named precision: (bytes per weight element, GEMM compute dtype, KV dtype). The
+# one table of weight bytes of the time model: scaled 4-bit formats carry their scales (NVFP4: 4 bits
+# + one fp8 scale per 16 elements = 0.5625 bytes); KV element bytes come from :data:`analysis.kv.DTYPE_BYTES`.
+WEIGHT_FORMATS = {
+    "bf16": (2.0, "bf16", "bf16"),
+    "fp8": (1.0, "fp8", "fp8"),
+    "fp4": (0.5625, "fp4", "fp8"),   # NVFP4
+    "int4": (0.5625, "bf16", "fp8"),  # weight-only int4, bf16 math
+}
+
+
 @dataclass(frozen=True)
 class Precision:
     """Bytes per element of weights, KV cache and activations, and the compute dtype."""
@@ -163,20 +200,128 @@ class Precision:
     compute: str = "bf16"
 
     @classmethod
-    def named(cls, name: str) -> "Precision":
-        table = {
-            "bf16": cls(2.0, 2.0, 2.0, "bf16"),
-            "fp8": cls(1.0, 1.0, 2.0, "fp8"),
-            "fp4": cls(0.5625, 1.0, 2.0, "fp4"),  # NVFP4: 4 bits + one fp8 scale per 16
-            "int4": cls(0.5625, 1.0, 2.0, "bf16"),
-        }  # weight-only int4, bf16 math
-        if name not in table:
-            raise ValueError(f"unknown precision {name!r}; use one of {sorted(table)}")
-        return table[name]
+    def named(cls, name: str, kv_dtype: str | None = None) -> "Precision":
+        """The precision called ``name`` in :data:`WEIGHT_FORMATS`, with its KV dtype unless
+        ``kv_dtype`` names another (a :data:`analysis.kv.DTYPE_BYTES` key)."""
+        if name not in WEIGHT_FORMATS:
+            raise ValueError(f"unknown precision {name!r}; use one of {sorted(WEIGHT_FORMATS)}")
+        wb, compute, kvd = WEIGHT_FORMATS[name]
+        return cls(wb, kv.dtype_bytes(kvd if kv_dtype is None else kv_dtype), 2.0, compute)
 
 
-def _rf(flops, bytes_, peak, bw, eff: Efficiency):
-    return np.maximum(flops / (peak * eff.compute), bytes_ / (bw * eff.bandwidth))
+# ------------------------------------------------------------------------------------ backends
+
+COMM_KINDS = ("allreduce", "alltoall", "p2p")
+OP_KINDS = ("gemm", "attention", "state", "moe") + COMM_KINDS
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operator of a forward pass on one device, for every candidate plan at once.
+
+    ``kind``: ``gemm`` (projections, dense FFN, LM head; ``shape``: ``m, n, k``), ``attention`` (the
+    attention core; ``batch`` sequences, ``tokens`` new, ``kv_tokens`` read, ``pairs`` attended,
+    ``kv_heads`` per device), ``state`` (linear attention), ``moe`` (routed and shared experts;
+    ``tokens``, ``experts`` on the device, ``k``, ``expert_params``), ``allreduce`` (``bytes`` per
+    device message, ``n`` ranks), ``alltoall`` (``bytes`` sent per device, ``n`` ranks) and ``p2p``
+    (``bytes``; activation hops, context-parallel and KV transfers). ``flops``/``bytes_``: per
+    device; ``peak``/``bw``: the device's FLOP/s and HBM bytes/s (compute kinds); ``wire_s``: the
+    link model's seconds (communication kinds); ``dtype``: the compute dtype."""
+
+    kind: str
+    shape: dict = field(default_factory=dict)
+    flops: Any = 0.0
+    bytes_: Any = 0.0
+    peak: Any = None
+    bw: Any = None
+    wire_s: Any = None
+    dtype: str = "bf16"
+
+
+def roofline_backend(op: Op, eff: "Efficiency"):
+    """The roofline: ``max(FLOPs / (peak * compute_eff), bytes / (bandwidth * bw_eff))`` for a
+    compute operator, the wire time for communication; nothing is measured."""
+    if op.kind in COMM_KINDS:
+        return op.wire_s, 0.0
+    return np.maximum(op.flops / (op.peak * eff.compute), op.bytes_ / (op.bw * eff.bandwidth)), 0.0
+
+
+_BACKENDS: dict[str, Callable] = {"roofline": roofline_backend}
+
+
+def register_backend(name: str, fn: Callable, *, replace: bool = False) -> None:
+    """Register ``fn(op, eff) -> (seconds, measured_fraction)`` as the backend ``name`` (device
+    dicts select it with ``"backend": name``). Registering a taken name needs ``replace=True``."""
+    if not callable(fn):
+        raise TypeError(f"backend {name!r} must be callable (op, eff) -> (seconds, measured)")
+    if name in _BACKENDS and not replace:
+        raise ValueError(f"time-model backend {name!r} is already registered")
+    _BACKENDS[name] = fn
+
+
+def unregister_backend(name: str) -> None:
+    if name == "roofline":
+        raise ValueError("the roofline backend cannot be removed")
+    _BACKENDS.pop(name, None)
+
+
+def get_backend(name: str) -> Callable:
+    if name not in _BACKENDS:
+        raise ValueError(f"unknown time-model backend {name!r}; registered: {sorted(_BACKENDS)}")
+    return _BACKENDS[name]
+
+
+def backends() -> list[str]:
+    return sorted(_BACKENDS)
+
+
+class Ledger:
+    """Operator seconds priced while it was active (:func:`ledger`), summed per plan (arrays
+    broadcast) and per kind: ``total_s``, ``measured_s`` and :attr:`measured_share`."""
+
+    def __init__(self):
+        self.total_s = 0.0
+        self.measured_s = 0.0
+        self.by_kind: dict[str, Any] = {}
+
+    def add(self, kind: str, seconds, measured):
+        self.total_s = self.total_s + seconds
+        self.measured_s = self.measured_s + seconds * measured
+        self.by_kind[kind] = self.by_kind.get(kind, 0.0) + seconds
+
+    @property
+    def measured_share(self):
+        """Share of the priced operator seconds that came from measured tables (0 for the roofline)."""
+        tot = np.asarray(self.total_s, dtype=float)
+        return np.divide(self.measured_s, tot, out=np.zeros_like(tot), where=tot > 0)
+
+
+_LEDGER: contextvars.ContextVar = contextvars.ContextVar("time_model_ledger", default=None)
+
+
+@contextlib.contextmanager
+def ledger():
+    """Record every operator priced inside the ``with`` block (the innermost ledger records)."""
+    led = Ledger()
+    tok = _LEDGER.set(led)
+    try:
+        yield led
+    finally:
+        _LEDGER.reset(tok)
+
+
+def price(op: Op, eff: "Efficiency", backend: str = "roofline", count=1.0):
+    """Seconds of ``count`` instances of ``op`` (e.g. one per layer) through the named backend."""
+    sec, measured = get_backend(backend or "roofline")(op, eff)
+    t = count * sec
+    led = _LEDGER.get()
+    if led is not None:
+        led.add(op.kind, t, measured)
+    return t
+
+
+def _backend(dev: dict | None) -> str:
+    return "roofline" if dev is None else dev.get("backend", "roofline")
 
 
 def experts_touched(tokens, n_experts: int, k_active: int):
@@ -204,6 +349,7 @@ def attention_block(
     attn_peak=None,
     dec_pairs_full=None,
     dec_pairs_slide=None,
+    backend: str = "roofline",
 ):
     """Time of all attention blocks (all layers) on one device of an instance, per forward pass.
 
@@ -223,7 +369,8 @@ def attention_block(
     # projections (one GEMM group per layer)
     proj_f = 2.0 * tok * s.attn_params / tp
     proj_b = s.attn_params * wb / tp + tok * s.h * ab * 2.0
-    t_proj = _rf(proj_f, proj_b, peak, bw, eff)
+    proj = Op("gemm", {"m": tok, "n": s.attn_params / s.h / tp, "k": s.h}, proj_f, proj_b, peak, bw,
+              dtype=prec.compute)
     if dec_pairs_full is None:
         pf = np.where(tokens > seqs, s.pair_flops_prefill, s.pair_flops_decode)
         core_f = pairs_full / dp * pf / tp
@@ -238,20 +385,26 @@ def attention_block(
         slide_f = ((pairs_slide - dps) * s.pair_flops_prefill + dps * s.pair_flops_decode) / dp / tp
     # full-attention core
     core_b = (kv_tokens + tokens) / dp * s.kv_elems * kb / split
-    t_full = _rf(core_f, core_b, apk, bw, eff)
-    t = (s.n_full + s.n_sliding) * t_proj + s.n_full * t_full
+    kvh = s.kv_split_max / split  # KV heads (or the MLA latent) per device
+    core = Op("attention", {"batch": seqs / dp, "tokens": tok, "kv_tokens": kv_tokens / dp,
+                            "pairs": pairs_full / dp, "kv_heads": kvh}, core_f, core_b, apk, bw)
+    t = price(proj, eff, backend, s.n_full + s.n_sliding) + price(core, eff, backend, s.n_full)
     if s.n_sliding:
         kv_sl = np.minimum(kv_tokens, seqs * s.window)
-        t_sl = _rf(slide_f, (kv_sl + tokens) / dp * s.kv_elems * kb / split, apk, bw, eff)
-        t = t + s.n_sliding * t_sl
+        sl = Op("attention", {"batch": seqs / dp, "tokens": tok, "kv_tokens": kv_sl / dp,
+                              "pairs": pairs_slide / dp, "kv_heads": kvh, "window": s.window},
+                slide_f, (kv_sl + tokens) / dp * s.kv_elems * kb / split, apk, bw)
+        t = t + price(sl, eff, backend, s.n_sliding)
     if s.n_linear:
         lf = 2.0 * tok * s.lin_params / tp + 4.0 * tok * s.lin_state_elems / tp
         lb = s.lin_params * wb / tp + 2.0 * seqs / dp * s.lin_state_elems * 4.0 / tp + tok * s.h * ab * 2.0
-        t = t + s.n_linear * _rf(lf, lb, peak, bw, eff)
+        lin = Op("state", {"batch": seqs / dp, "tokens": tok, "state_elems": s.lin_state_elems / tp},
+                 lf, lb, peak, bw, dtype=prec.compute)
+        t = t + price(lin, eff, backend, s.n_linear)
     return t
 
 
-def ffn_block(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, tokens, n):
+def ffn_block(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, tokens, n, backend: str = "roofline"):
     """Time of all FFN blocks (dense and MoE layers) on one device when ``n`` devices share them
     (dense: tensor-split; MoE: experts spread over the ``n`` devices).
 
@@ -271,7 +424,9 @@ def ffn_block(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, tokens, n
     if s.n_dense:
         f = 2.0 * tokens * s.dense_params / n
         b = s.dense_params * wb / n + tokens * s.h * ab * 2.0
-        t = t + s.n_dense * _rf(f, b, peak, bw, eff)
+        op = Op("gemm", {"m": tokens, "n": s.dense_params / s.h / n, "k": s.h}, f, b, peak, bw,
+                dtype=prec.compute)
+        t = t + price(op, eff, backend, s.n_dense)
     if s.n_moe:
         E, k = s.n_experts, s.k_active
         e_dev = experts_per_device(s, n)  # the device holding the most routed experts
@@ -286,7 +441,9 @@ def ffn_block(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, tokens, n
             + s.h * E * wb  # router weights, read once
             + tokens * (k + 1) * s.h * ab * 2.0 / n
         )
-        t = t + s.n_moe * _rf(f, b, peak, bw, eff)
+        op = Op("moe", {"tokens": tokens, "experts": e_dev, "n_experts": E, "k": k, "n_shared": s.n_shared,
+                        "expert_params": s.expert_params, "n": n}, f, b, peak, bw, dtype=prec.compute)
+        t = t + price(op, eff, backend, s.n_moe)
     return t
 
 
@@ -296,11 +453,13 @@ def experts_per_device(s: Shape, n):
     return np.ceil(s.n_experts / np.maximum(np.asarray(n, dtype=float), 1.0))
 
 
-def head_time(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, seqs, tokens, n):
+def head_time(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, seqs, tokens, n,
+              backend: str = "roofline"):
     """LM head for the ``seqs`` tokens that produce logits, plus the embedding gather."""
     f = 2.0 * seqs * s.vocab * s.h / n
     b = s.vocab * s.h * prec.weight_bytes / n + tokens * s.h * prec.act_bytes
-    return _rf(f, b, peak, bw, eff)
+    op = Op("gemm", {"m": seqs, "n": s.vocab / n, "k": s.h}, f, b, peak, bw, dtype=prec.compute)
+    return price(op, eff, backend)
 
 
 def hierarchical_time(bytes_out, n, link, net, domain, eff: Efficiency):
@@ -329,6 +488,7 @@ def comm_time(
     cp_tokens=0.0,
     net=None,
     domain=np.inf,
+    backend: str = "roofline",
 ):
     """Intra-instance communication per forward: two TP all-reduces per layer (ring: each device
     moves ``2 (tp-1)/tp`` of the activations; TP stays inside a scale-up domain) and, for MoE with
@@ -339,31 +499,42 @@ def comm_time(
     n = tp * dp
     ab = prec.act_bytes
     tok = tokens / dp
-    ar = np.where(
-        tp > 1, 2.0 * (tp - 1) / tp * tok * s.h * ab / (link * eff.link) + eff.collective_latency_s, 0.0
-    )
-    t = 2.0 * s.n_layers * ar
+    t = allreduce_time(s, prec, eff, link, tokens=tok, n=tp, per_layer=2, backend=backend)
     if s.n_moe:
         out = 2.0 * tok * distinct_destinations(s, n) * s.h * ab * (n - 1) / n
         a2a = hierarchical_time(out, n, link, net, domain, eff) + 2 * eff.collective_latency_s
         a2a = np.where(n > 1, a2a, 0.0)
-        t = t + s.n_moe * a2a
+        t = t + price(Op("alltoall", {"bytes": out, "n": n}, bytes_=out, wire_s=a2a), eff, backend, s.n_moe)
     else:
         # dense FFN split over all n devices with attention DP: gather/scatter around the FFN
-        t = t + np.where(
-            dp > 1, s.n_layers * (2.0 * tok * s.h * ab / (link * eff.link) + eff.collective_latency_s), 0.0
-        )
-    return t + cp_time(s, prec, eff, link, cp_tokens=cp_tokens, dp=dp)
+        by = 2.0 * tok * s.h * ab
+        x = np.where(dp > 1, by / (link * eff.link) + eff.collective_latency_s, 0.0)
+        t = t + price(Op("p2p", {"bytes": by, "n": dp}, bytes_=by, wire_s=x), eff, backend, s.n_layers)
+    return t + cp_time(s, prec, eff, link, cp_tokens=cp_tokens, dp=dp, backend=backend)
 
 
-def cp_time(s: Shape, prec: Precision, eff: Efficiency, link, *, cp_tokens, dp):
+def allreduce_time(s: Shape, prec: Precision, eff: Efficiency, link, *, tokens, n, per_layer=2,
+                   backend: str = "roofline"):
+    """``per_layer`` ring all-reduces per layer of ``tokens`` activation rows over ``n`` devices
+    (each device moves ``2 (n-1)/n`` of the message, plus the collective latency); 0 for ``n = 1``."""
+    by = tokens * s.h * prec.act_bytes
+    ar = np.where(n > 1, 2.0 * (n - 1) / n * tokens * s.h * prec.act_bytes / (link * eff.link)
+                  + eff.collective_latency_s, 0.0)
+    return price(Op("allreduce", {"bytes": by, "n": n}, bytes_=by, wire_s=ar), eff, backend,
+                 per_layer * s.n_layers)
+
+
+def cp_time(s: Shape, prec: Precision, eff: Efficiency, link, *, cp_tokens, dp, backend: str = "roofline"):
     """Context parallelism: a prompt with fewer sequences than DP ranks is split over the ranks
     (ring attention); each rank receives the other ranks' KV of ``cp_tokens`` tokens per layer."""
-    return np.where(
+    x = np.where(
         (cp_tokens > 0) & (dp > 1),
         (s.n_full + s.n_sliding) * cp_tokens * (dp - 1) / dp * s.kv_elems * prec.kv_bytes / (link * eff.link),
         0.0,
     )
+    by = cp_tokens * (dp - 1) / dp * s.kv_elems * prec.kv_bytes
+    return price(Op("p2p", {"bytes": by, "n": dp, "layers": s.n_full + s.n_sliding}, bytes_=by, wire_s=x),
+                 eff, backend)
 
 
 def pass_inputs(s: Shape, *, dec_seqs=0.0, dec_ctx=0.0, pre_seqs=0.0, pre_len=0.0, pre_prefix=0.0):
@@ -421,11 +592,14 @@ def forward_parts(
         attn_peak=dev_attn.get("attn_flops"),
         dec_pairs_full=p["dec_pairs_full"],
         dec_pairs_slide=p["dec_pairs_slide"],
+        backend=_backend(dev_attn),
     )
     ta = ta + head_time(
-        s, prec, eff, dev_attn["flops"], dev_attn["bw"], seqs=p["seqs"], tokens=p["tokens"], n=tp * dp
+        s, prec, eff, dev_attn["flops"], dev_attn["bw"], seqs=p["seqs"], tokens=p["tokens"], n=tp * dp,
+        backend=_backend(dev_attn),
     )
-    tf = ffn_block(s, prec, eff, dev_ffn["flops"], dev_ffn["bw"], tokens=p["tokens"], n=n_ffn)
+    tf = ffn_block(s, prec, eff, dev_ffn["flops"], dev_ffn["bw"], tokens=p["tokens"], n=n_ffn,
+                   backend=_backend(dev_ffn))
     return ta, tf, p
 
 
@@ -460,6 +634,7 @@ def colocated_pass_time(
         cp_tokens=cp,
         net=dev.get("net"),
         domain=dev.get("domain", np.inf),
+        backend=_backend(dev),
     )
     c = ta + tf
     return overlap_time(c, tc, m) + eff.step_overhead_s + s.n_layers * eff.layer_overhead_s
@@ -469,6 +644,59 @@ def overlap_time(c, k, m):
     """Compute ``c`` and communication ``k`` of one of ``m`` micro-batches, pipelined on two
     resources: ``max(m * max(c, k), c + k)``; ``m = 1`` gives ``c + k``."""
     return np.maximum(m * np.maximum(c, k), c + k)
+
+
+def layerwise_overlap(compute, load, layers):
+    """Service time of a pass whose ``load`` (e.g. a cached prefix read from a tier) is overlapped
+    layer by layer with its ``compute``: the longer of the two plus one layer's share of the
+    shorter, ``max(c, l) + min(c, l) / layers`` (the first layer's load cannot hide, nor the last
+    layer's compute). The one overlap rule of chapter 2's replay and chapter 5's composition."""
+    return np.maximum(compute, load) + np.minimum(compute, load) / layers
+
+
+@functools.lru_cache(maxsize=256)
+def _named_shape(name: str) -> Shape:
+    return shape(name)
+
+
+def _shape_of(model) -> Shape:
+    if isinstance(model, Shape):
+        return model
+    return _named_shape(model) if isinstance(model, str) else shape(model)
+
+
+def instance_device(gpu, prec: Precision = Precision()) -> dict:
+    """A GPU of ``data/hardware.csv`` as the time model's device dict: GEMM peak at the precision's
+    compute dtype, attention core in bf16, HBM bandwidth, and the per-direction scale-up link (half
+    the NVLink figure, which counts both directions; PCIe where a GPU has no NVLink)."""
+    g = _gpu(gpu)
+    return {"flops": g.flops(prec.compute), "attn_flops": g.flops("bf16"), "bw": g["hbm_bandwidth"],
+            "link": g.values.get("nvlink_bandwidth", g.values.get("pcie_bandwidth", 64e9)) / 2.0}
+
+
+def prefill_time(model, gpu, n_new, prefix=0.0, *, tp=1, seqs=1.0, prec: Precision = Precision(),
+                 eff: Efficiency = Efficiency(), dev: dict | None = None):
+    """Seconds of one forward pass prefilling ``seqs`` prompts of ``n_new`` new tokens after
+    ``prefix`` cached ones each, on one instance of ``tp`` GPUs (tensor-parallel all-reduces, per-step
+    and per-layer overheads, attention by its attended pairs; vectorised over ``n_new`` and
+    ``prefix``). ``dev`` overrides the device dict of ``gpu`` (:func:`instance_device`)."""
+    n_new = np.asarray(n_new, dtype=float)
+    if np.any(n_new < 0):
+        raise ValueError("n_new must be >= 0 tokens")
+    d = instance_device(gpu, prec) if dev is None else dev
+    t = colocated_pass_time(_shape_of(model), prec, eff, d, tp=float(tp), dp=1.0, pre_seqs=seqs,
+                            pre_len=n_new, pre_prefix=np.asarray(prefix, dtype=float))
+    return np.asarray(t, dtype=float)
+
+
+def decode_step_time(model, gpu, context, *, tp=1, seqs=1.0, prec: Precision = Precision(),
+                     eff: Efficiency = Efficiency(), dev: dict | None = None):
+    """Seconds of one decode step of ``seqs`` sequences that each hold ``context`` tokens, on one
+    instance of ``tp`` GPUs (the same pass as :func:`prefill_time`, one new token per sequence)."""
+    d = instance_device(gpu, prec) if dev is None else dev
+    t = colocated_pass_time(_shape_of(model), prec, eff, d, tp=float(tp), dp=1.0, dec_seqs=seqs,
+                            dec_ctx=np.asarray(context, dtype=float))
+    return np.asarray(t, dtype=float)
 
 
 def distinct_destinations(s: Shape, n):
@@ -493,6 +721,7 @@ def af_hop_time(
     link=None,
     domain=0.0,
     per_direction=False,
+    backend: str = "roofline",
 ):
     """One attention->FFN->attention round trip of ``tokens`` activations in one layer (the slower
     side's per-device link bounds it; MoE tokens go to the distinct devices of their ``k`` experts).
@@ -512,6 +741,8 @@ def af_hop_time(
         f_in = np.minimum(1.0, domain / (n_attn + n_ffn))
         one = np.maximum(per_dev * f_in / (link * eff.link), per_dev * (1 - f_in) / (net * eff.link))
     one = one + eff.collective_latency_s
+    one = price(Op("p2p", {"bytes": per_dev, "n_attn": n_attn, "n_ffn": n_ffn}, bytes_=per_dev, wire_s=one),
+                eff, backend)
     return one if per_direction else 2.0 * one
 
 
@@ -549,11 +780,14 @@ def kv_transfer_bytes(s: Shape, prec: Precision, tokens):
     return per + s.n_linear * s.lin_state_elems * 4.0
 
 
-def kv_transfer_exposed(s: Shape, prec: Precision, eff: Efficiency, *, seqs, tokens, t_pass, devices, net):
+def kv_transfer_exposed(s: Shape, prec: Precision, eff: Efficiency, *, seqs, tokens, t_pass, devices, net,
+                        backend: str = "roofline"):
     """Exposed time of the PD KV transfer of one prefill pass of ``seqs`` prompts of ``tokens``
     tokens over the NICs of ``devices`` prefill devices at ``net`` bytes/s each: the transfer
     ``x = seqs * kv_transfer_bytes / (devices * net * link_eff)`` runs layer by layer behind the pass
     of duration ``t_pass``, so what shows is ``max(x - t_pass, 0) + x / n_layers`` (the part longer
     than the pass, plus the last layer's share, which can only start when the pass ends)."""
-    x = seqs * kv_transfer_bytes(s, prec, tokens) / (devices * net * eff.link)
+    by = seqs * kv_transfer_bytes(s, prec, tokens)
+    x = price(Op("p2p", {"bytes": by / devices, "n": devices}, bytes_=by / devices,
+                 wire_s=by / (devices * net * eff.link)), eff, backend)
     return np.maximum(x - t_pass, 0.0) + x / s.n_layers

@@ -4,6 +4,11 @@
 
 All functions are vectorised (numpy broadcasting) so that a parallelism search can evaluate many
 candidate plans at once. Efficiencies are explicit parameters, never hidden constants.
+
+This module holds the roofline primitive (:func:`op_time`, :func:`gemm`, the ridge point) and
+Mooncake's closed-form Eq. 2 as the paper writes it (:func:`mooncake_eq2_bandwidth`). Forward
+passes are timed by the book's one time model, :mod:`analysis.forward`, whose default backend is
+this roofline applied per operator.
 """
 from __future__ import annotations
 
@@ -54,24 +59,24 @@ def gemm(m, n, k, *, bytes_per_elem=2.0, weight_bytes_per_elem=None):
     return flops, bytes_moved
 
 
-def prefill_time(model, gpu, n_new, prefix=0, *, n_gpus=1, dtype="bf16", kv_dtype="bf16",
-                 compute_eff=1.0, bw_eff=1.0):
-    """Roofline time to prefill ``n_new`` tokens after ``prefix`` cached ones on ``n_gpus`` GPUs
-    (ideal tensor parallelism, no communication): FLOPs include the quadratic attention term;
-    bytes are one read of the weights plus the prefix KV read and the new KV written."""
-    g = _gpu(gpu)
-    flops = kv.prefill_flops(model, n_new, prefix)
-    bytes_moved = (kv.weight_bytes(model, dtype)
-                   + kv.kv_bytes(model, np.asarray(prefix) + np.asarray(n_new), 1, kv_dtype))
-    return op_time(flops, bytes_moved, n_gpus * g.flops(dtype), n_gpus * g["hbm_bandwidth"],
-                   compute_eff=compute_eff, bw_eff=bw_eff)
+def mooncake_eq2_bandwidth(model, gpu, prefix_tokens, *, n_gpus=1, dtype="bf16", kv_dtype="bf16",
+                           compute_eff=1.0):
+    """**Mooncake's Eq. 2, as the paper writes it** (Qin et al., FAST'25): reusing a cached prefix of
+    ``n`` tokens pays when the tier delivers more than
 
+        B* = G * (KV bytes per token and layer) / (prefill FLOPs per token and layer)
+           = KV(n) / (FLOP(n) / (n_gpus * compute_eff * peak))
 
-def prefix_load_bandwidth_needed(model, gpu, prefix, n_new, *, n_gpus=1, dtype="bf16", kv_dtype="bf16",
-                                 compute_eff=1.0, bw_eff=1.0):
-    """Bandwidth (bytes/s) at which loading the KV of ``prefix`` tokens takes as long as the prefill
-    of the ``n_new`` tokens that follow it, i.e. the rate at which loading is fully hidden behind
-    (layer-wise overlapped) computation. Loading pays when the tier delivers more than this."""
-    t = prefill_time(model, gpu, n_new, prefix, n_gpus=n_gpus, dtype=dtype, kv_dtype=kv_dtype,
-                     compute_eff=compute_eff, bw_eff=bw_eff)
-    return kv.kv_bytes(model, prefix, 1, kv_dtype) / t
+    (``G``: the GPUs' aggregate FLOP/s at ``compute_eff``): recomputation is priced by its FLOPs
+    alone (no weight reads, no communication, no overheads). The paper counts the FLOPs with its
+    Eq. 1, ``a n^2 d + b n d^2`` per layer; here they are counted from the model's configuration
+    (:func:`analysis.kv.prefill_flops`: two per active parameter per token, LM head included, plus
+    the causal attention core). This is the paper's closed form, kept to compare with its published
+    numbers; the book times prefill with its one time model (:mod:`analysis.forward`)."""
+    p = np.asarray(prefix_tokens, dtype=float)
+    if np.any(~np.isfinite(p)) or np.any(p <= 0):
+        raise ValueError(f"prefix_tokens must be finite and > 0, got {prefix_tokens!r}")
+    G = _check_positive("peak", n_gpus * _gpu(gpu).flops(dtype)) * _check_positive("compute_eff", compute_eff)
+    t = np.asarray(kv.prefill_flops(model, p, 0), dtype=float) / G
+    out = kv.kv_bytes(model, p, 1, kv_dtype) / t
+    return out if np.ndim(out) else float(out)

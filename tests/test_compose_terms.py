@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import data, kv, roofline
+from analysis import data, forward, kv
 from analysis.compose import decide, fidelity, pipeline
 from analysis.compose.fidelity import KVPolicy
 from analysis.compose.pipeline import ReuseCurve, Scenario
@@ -40,8 +40,10 @@ def _ratio(s, tl, tp):
     frac = REUSE.at(edges, I)
     per = s.hit_rate * np.diff(np.concatenate([[0.0], frac])) * I
     H = min(per.sum(), I - 1)
-    c0 = roofline.prefill_time(s.model, s.gpu, I, 0, n_gpus=tp, compute_eff=s.tiers.compute_eff)
-    ch = roofline.prefill_time(s.model, s.gpu, I - H, H, n_gpus=tp, compute_eff=s.tiers.compute_eff)
+    # prefill timed by the one time model, as chapter 2's replay times it (bf16, chapter 2's compute_eff)
+    eff = forward.Efficiency().replace(compute=s.tiers.compute_eff)
+    c0 = float(forward.prefill_time(s.model, s.gpu, I, 0, tp=tp, eff=eff))
+    ch = float(forward.prefill_time(s.model, s.gpu, I - H, H, tp=tp, eff=eff))
     load = sum(h * t.bytes_per_token / t.bandwidth + t.latency_s for h, t in zip(per, tl)
                if h > 0 and math.isfinite(t.bandwidth))
     return (max(ch, load) + min(ch, load) / _model(s.model).n_layers) / c0, H / I

@@ -18,15 +18,18 @@ def test_decode_gemv_bandwidth_bound_and_prefill_gemm_compute_bound():
     assert roofline.is_compute_bound(f, b, g.flops("bf16"), g["hbm_bandwidth"])
 
 
-def test_prefill_time_monotone():
-    t = roofline.prefill_time("Llama-3.1-70B", "H800-SXM5-80GB", np.array([512, 1024, 4096]), 8192, n_gpus=8)
-    assert np.all(np.diff(t) > 0)
+def test_mooncake_eq2_is_the_papers_closed_form():
+    """Eq. 2 as the paper writes it: KV bytes of the prefix times the GPUs' FLOP/s over the prefill
+    FLOPs; faster GPUs need proportionally more bandwidth, longer prefixes less (quadratic term)."""
+    m, g = "Llama-3.1-70B", "A800-SXM4-80GB"
+    G = 8 * specs.gpu(g).flops("bf16") * 0.5
+    want = kv.kv_bytes(m, 8192) * G / kv.prefill_flops(m, 8192)
+    got = roofline.mooncake_eq2_bandwidth(m, g, 8192, n_gpus=8, compute_eff=0.5)
+    assert got == pytest.approx(want, rel=1e-12)
+    bw = roofline.mooncake_eq2_bandwidth(m, "H800-SXM5-80GB", np.array([512, 8192, 65536]), n_gpus=8)
+    assert np.all(np.diff(bw) < 0)
     fast = specs.gpu("H800-SXM5-80GB").replace(bf16_flops=2 * specs.gpu("H800-SXM5-80GB")["bf16_flops"])
-    slow = roofline.prefill_time("Llama-3.1-70B", "H800-SXM5-80GB", 4096, 0)
-    assert roofline.prefill_time("Llama-3.1-70B", fast, 4096, 0) < slow
-
-
-def test_load_bandwidth_needed_is_kv_over_time():
-    bw = roofline.prefix_load_bandwidth_needed("Llama-3.1-70B", "A800-SXM4-80GB", 8192, 1024, n_gpus=8)
-    t = roofline.prefill_time("Llama-3.1-70B", "A800-SXM4-80GB", 1024, 8192, n_gpus=8)
-    assert bw == pytest.approx(kv.kv_bytes("Llama-3.1-70B", 8192) / t)
+    assert roofline.mooncake_eq2_bandwidth(m, fast, 8192) == pytest.approx(
+        2 * roofline.mooncake_eq2_bandwidth(m, "H800-SXM5-80GB", 8192), rel=1e-12)
+    with pytest.raises(ValueError, match="prefix_tokens"):
+        roofline.mooncake_eq2_bandwidth(m, g, 0)

@@ -30,15 +30,34 @@ def test_mooncake_eq2_within_10_percent(gpu, key):
 def test_reuse_bandwidth_scales_with_gpu_speed_and_rejects_bad_prefix():
     a = L.reuse_bandwidth_needed("Llama-3.1-70B", "A800-SXM4-80GB", 8192, n_gpus=8)
     h = L.reuse_bandwidth_needed("Llama-3.1-70B", "H800-SXM5-80GB", 8192, n_gpus=8)
-    assert h / a == pytest.approx(989 / 312, rel=1e-6)  # compute-bound: proportional to peak FLOP/s
+    assert h / a == pytest.approx(989 / 312, rel=1e-6)  # FLOPs only: proportional to peak FLOP/s
     # longer prefixes are dearer to recompute per token (quadratic term): less bandwidth needed
     bw = L.reuse_bandwidth_needed("Llama-3.1-70B", "H800-SXM5-80GB", np.array([1024, 8192, 131072]), n_gpus=8)
     assert np.all(np.diff(bw) < 0)
-    for bad in (0, -5, np.nan):
-        with pytest.raises(ValueError, match="prefix_tokens"):
-            L.reuse_bandwidth_needed("Llama-3.1-70B", "H800-SXM5-80GB", bad)
-    with pytest.raises(ValueError, match="n_gpus"):
-        L.reuse_bandwidth_needed("Llama-3.1-70B", "H800-SXM5-80GB", 8192, n_gpus=0)
+    for f in (L.reuse_bandwidth_needed, L.breakeven_bandwidth):
+        for bad in (0, -5, np.nan):
+            with pytest.raises(ValueError, match="prefix_tokens"):
+                f("Llama-3.1-70B", "H800-SXM5-80GB", bad)
+        with pytest.raises(ValueError, match="n_gpus"):
+            f("Llama-3.1-70B", "H800-SXM5-80GB", 8192, n_gpus=0)
+
+
+def test_breakeven_bandwidth_is_kv_over_the_time_models_prefill():
+    """Load vs recompute with recomputation timed by the one time model (not the closed form): the
+    KV bytes of the prefix over one prefill pass of it on an instance of ``n_gpus`` GPUs; slower
+    recomputation (weight reads, all-reduces, overheads, compute efficiency) lowers the threshold
+    below the paper's closed form (:func:`reuse_bandwidth_needed`) at the same compute efficiency."""
+    from analysis import forward as fw
+    from analysis import kv
+
+    m, g = "Llama-3.1-70B", "H800-SXM5-80GB"
+    b = L.breakeven_bandwidth(m, g, 8192, n_gpus=8, compute_eff=0.5)
+    t = fw.prefill_time(m, g, 8192, 0, tp=8, eff=fw.Efficiency().replace(compute=0.5))
+    assert b == pytest.approx(kv.kv_bytes(m, 8192) / float(t), rel=1e-12)
+    assert b < L.reuse_bandwidth_needed(m, g, 8192, n_gpus=8, compute_eff=0.5)
+    o = L.overlap_bandwidth_needed(m, g, 8192, 1024, n_gpus=8)
+    t = fw.prefill_time(m, g, 1024, 8192, tp=8, eff=fw.Efficiency().replace(compute=1.0))
+    assert o == pytest.approx(kv.kv_bytes(m, 8192) / float(t), rel=1e-12)
 
 
 def test_implied_coefficient_consistent_between_gpus():

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..disagg import production, search
 from ..specs import ModelSpec
 from ..specs import model as _model
 from ..tiering.tiers import CONFIGS
@@ -305,24 +306,14 @@ def decode_throughput(model, context_tokens: float, output_tokens: float, gpu: s
                       budget: int = 64) -> dict:
     """Best decode throughput per device (output tokens/s/device) of chapter 3's decode role at a
     given context, under a TPOT SLO, and the TPOT of a single sequence (smallest instance that
-    holds it)."""
-    from ..disagg import search
-    from ..forward import Efficiency, Precision
-
+    holds it): chapter 3's one decode throughput (:func:`analysis.disagg.production.best_decode`) on
+    its default grid, bf16, default efficiencies."""
     wl = search.Workload(float(context_tokens), float(output_tokens))
-    c = search.role_candidates("D", model, wl, gpu, prec=Precision(), eff=Efficiency(), grid=search.Grid(),
-                               budget=budget)
-    ok = c["feasible"] & (c["tpot"] <= tpot_slo_s)
-    if not ok.any():
+    r = production.best_decode(model, gpu, "D", wl, tpot_slo_s=tpot_slo_s, grid=search.Grid(), budget=budget)
+    if not r["feasible"]:
         return {"feasible": False, "tokens_per_s_per_device": np.nan, "tpot_batch1_s": np.nan}
-    tput = c["rate"] * float(output_tokens) / c["devices"]
-    i = int(np.flatnonzero(ok)[np.argmax(tput[ok])])
-    one = c["feasible"] & (c["batch"] == np.min(c["batch"][c["feasible"]]))
-    j = int(np.flatnonzero(one)[np.argmin(c["tpot"][one])]) if one.any() else i
-    return {"feasible": True, "tokens_per_s_per_device": float(tput[i]), "batch": float(c["batch"][i]),
-            "devices": float(c["devices"][i]), "tpot_s": float(c["tpot"][i]),
-            "tpot_batch1_s": float(c["tpot"][j]),
-            "batch1": float(c["batch"][j])}
+    keys = ("feasible", "tokens_per_s_per_device", "batch", "devices", "tpot_s", "tpot_batch1_s", "batch1")
+    return {k: r[k] for k in keys}
 
 
 # --------------------------------------------------------------------------- findings, in words

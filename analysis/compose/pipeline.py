@@ -18,11 +18,12 @@ For a :class:`Scenario` (SI units):
    (``tiering.lru_hit_curve``), rescaled to the map's ``hit_rate`` (the hit rate of an unbounded
    cache) and to the context length (prefixes ``I / mean input`` times longer need that many times
    the capacity). The realised hit tokens of each tier shorten the
-   prefill: compute of the ``I - H`` new tokens after ``H`` cached ones (``roofline.prefill_time``),
-   overlapped layer by layer with the tier loads (chapter 2's rule
-   ``max(c, l) + min(c, l) / layers``). The prefill share of the plan's device time and TTFT are
-   scaled by that ratio (*adapter*: the plan itself is held fixed, so the cost is an upper bound
-   of a re-optimised plan).
+   prefill: compute of the ``I - H`` new tokens after ``H`` cached ones (the one time model, priced
+   as chapter 2's replay prices it: ``tiering.prefill.prefill_time`` on the tier deployment of an
+   instance of the plan's prefill unit), overlapped layer by layer with the tier loads (the one
+   overlap rule, ``forward.layerwise_overlap``: ``max(c, l) + min(c, l) / layers``). The prefill
+   share of the plan's device time and TTFT are scaled by that ratio (*adapter*: the plan itself is
+   held fixed, so the cost is an upper bound of a re-optimised plan).
 3. **KV policy** (chapter 4): exact copies of quantized windows (QEvict with recall) live in the
    slowest tier of the layout, paid per byte-second for the decode time; recalls add
    ``recall_model.recall_s(tier, batch x recall bytes, model=, step_s=, write_bytes_per_step=)`` to
@@ -65,13 +66,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import kv, roofline
+from .. import forward as fw
+from .. import kv
 from ..data import content_id
 from ..disagg import devices as _devices
 from ..disagg import search
 from ..forward import Precision
 from ..specs import ModelSpec
 from ..specs import model as _model
+from ..tiering import prefill as _prefill
 from ..tiering import tiers as _tiers
 from .fidelity import KVPolicy
 
@@ -309,23 +312,22 @@ def prefill_ratio(s: Scenario, tiers, tp: int, reuse: ReuseCurve) -> tuple[float
     if s.hit_rate == 0:
         return 1.0, 0.0
     sig = tuple((t.capacity_tokens, t.bandwidth, t.bytes_per_token, t.latency_s) for t in tiers)
-    return _prefill_ratio(s.model, s.gpu, float(s.input_tokens), float(s.hit_rate), sig, int(tp),
-                          float(s.tiers.compute_eff), reuse)
+    return _prefill_ratio(tier_deployment(s, tp), float(s.input_tokens), float(s.hit_rate), sig, reuse)
 
 
 @functools.lru_cache(maxsize=65536)
-def _prefill_ratio(model, gpu, I, hit_rate, sig, tp, compute_eff, reuse):
+def _prefill_ratio(d: _tiers.Deployment, I, hit_rate, sig, reuse):
     edges = np.cumsum([c for c, *_ in sig])
     frac = reuse.at(edges, I)
     per_tier = hit_rate * np.diff(np.concatenate([[0.0], frac])) * I  # hit tokens served by each tier
     H = min(float(per_tier.sum()), I - 1.0)
     if H <= 0:
         return 1.0, 0.0
-    c0 = roofline.prefill_time(model, gpu, I, 0, n_gpus=tp, compute_eff=compute_eff)
-    ch = roofline.prefill_time(model, gpu, I - H, H, n_gpus=tp, compute_eff=compute_eff)
+    c0 = float(_prefill.prefill_time(d, I, 0.0))
+    ch = float(_prefill.prefill_time(d, I - H, H))
     load = sum(h * bpt / bw + lat for h, (_, bw, bpt, lat) in zip(per_tier, sig)
                if h > 0 and math.isfinite(bw))
-    svc = max(ch, load) + min(ch, load) / _model(model).n_layers  # chapter 2's layer-wise overlap
+    svc = float(fw.layerwise_overlap(ch, load, _model(d.model).n_layers))
     return svc / c0, H / I
 
 
@@ -440,8 +442,8 @@ def _evaluate(s: Scenario, reuse: ReuseCurve | None, overlap: bool) -> Result:
         if any(k < 1 for k in keep) or any(x < 1 for x in admit):
             sig = tuple((t.capacity_tokens * x, t.bandwidth * k, t.bytes_per_token, t.latency_s)
                         for t, k, x in zip(tiers, keep, admit))
-            r, h_real = _prefill_ratio(s.model, s.gpu, float(s.input_tokens), float(s.hit_rate), sig,
-                                       int(tp_p), float(s.tiers.compute_eff), reuse)
+            r, h_real = _prefill_ratio(tier_deployment(s, tp_p), float(s.input_tokens), float(s.hit_rate),
+                                       sig, reuse)
     ttft = p.ttft_s * r
     if r != 1.0 and both:
         share = up["prefill_share"]                 # prefill share of the unit's device time (chapter 3)

@@ -28,18 +28,23 @@ def validation_grid(max_devices: int = VALIDATION_BUDGET) -> S.Grid:
                   microbatches=(1, 2, 3), overlaps=(1, 2))
 
 
-def decode_throughput(model, device: str, mode: str, *, context: float = 4096.0, tpot_slo_s: float = 0.05,
-                      precision: str = "fp8", budget: int = VALIDATION_BUDGET, eff: Efficiency = Efficiency(),
-                      grid: S.Grid | None = None) -> dict:
-    """Best decode output tokens/s per device of ``mode`` (``"D"``: one instance holding attention and
-    experts, EP across it; ``"AFD"``: attention and FFN pools, :func:`analysis.disagg.search.af_layer_time`)
-    meeting ``tpot_slo_s`` at mean context ``context``. Returns the throughput (tokens/s per device, NaN if
-    nothing meets the SLO), the TPOT (s) and the chosen configuration."""
+def best_decode(model, device, mode: str, wl: S.Workload, *, tpot_slo_s: float, prec: Precision = Precision(),
+                eff: Efficiency = Efficiency(), grid: S.Grid | None = None,
+                budget: int = VALIDATION_BUDGET) -> dict:
+    """The book's one decode throughput: the best output tokens/s per device of decode role ``mode``
+    (``"D"``: one instance holding attention and experts, EP across it; ``"AFD"``: attention and FFN
+    pools, :func:`analysis.disagg.search.af_layer_time`) for workload ``wl`` that meets ``tpot_slo_s``,
+    over every configuration of ``grid`` (default :class:`~analysis.disagg.search.Grid`) within
+    ``budget`` devices. A configuration of ``B`` sequences per instance of ``n`` devices stepping
+    every TPOT ``t`` delivers ``B / (t n)`` output tokens/s per device.
+
+    Returns ``feasible``, ``tokens_per_s_per_device`` (NaN if nothing meets the SLO), ``tpot_s``,
+    ``batch``, ``devices``, ``config`` (the chosen configuration's axes), ``grid_edge`` (the choice
+    sits on the grid's largest size or batch), ``candidates``, and ``tpot_batch1_s`` / ``batch1``:
+    the fastest TPOT among the feasible configurations with the smallest batch."""
     if mode not in ("D", "AFD"):
         raise S.SearchError(f"mode must be 'D' or 'AFD', got {mode!r}")
-    g = grid or validation_grid(budget)
-    wl = S.Workload(max(1.0, context - OUT_TOKENS / 2), OUT_TOKENS)
-    prec = Precision.named(precision)
+    g = grid or S.Grid()
     if mode == "D":
         c = S.role_candidates("D", model, wl, device, prec=prec, eff=eff, grid=g, budget=budget)
     else:
@@ -47,13 +52,33 @@ def decode_throughput(model, device: str, mode: str, *, context: float = 4096.0,
     ok = c["feasible"] & (c["tpot"] <= tpot_slo_s)
     tps = np.where(ok, c["batch"] / (c["tpot"] * c["devices"]), -np.inf)
     if not ok.any():
-        return {"tokens_per_s_per_device": float("nan"), "tpot_s": float("nan"), "config": {},
-                "candidates": int(len(tps))}
+        return {"feasible": False, "tokens_per_s_per_device": float("nan"), "tpot_s": float("nan"),
+                "tpot_batch1_s": float("nan"), "config": {}, "candidates": int(len(tps))}
     i = int(np.argmax(tps))
     keys = [k for k in ("size", "tp", "n_a", "n_f", "m", "ovl", "batch", "devices") if k in c]
-    at_edge = bool(c["devices"][i] >= max(g.sizes) or c["batch"][i] >= max(g.batches))
-    return {"tokens_per_s_per_device": float(tps[i]), "tpot_s": float(c["tpot"][i]),
-            "config": {k: float(c[k][i]) for k in keys}, "grid_edge": at_edge, "candidates": int(len(tps))}
+    one = c["feasible"] & (c["batch"] == np.min(c["batch"][c["feasible"]]))
+    j = int(np.flatnonzero(one)[np.argmin(c["tpot"][one])])
+    return {"feasible": True, "tokens_per_s_per_device": float(tps[i]), "tpot_s": float(c["tpot"][i]),
+            "batch": float(c["batch"][i]), "devices": float(c["devices"][i]),
+            "config": {k: float(c[k][i]) for k in keys},
+            "grid_edge": bool(c["devices"][i] >= max(g.sizes) or c["batch"][i] >= max(g.batches)),
+            "candidates": int(len(tps)), "tpot_batch1_s": float(c["tpot"][j]), "batch1": float(c["batch"][j])}
+
+
+def decode_throughput(model, device: str, mode: str, *, context: float = 4096.0, tpot_slo_s: float = 0.05,
+                      precision: str = "fp8", budget: int = VALIDATION_BUDGET, eff: Efficiency = Efficiency(),
+                      grid: S.Grid | None = None) -> dict:
+    """:func:`best_decode` in a production report's setting: mean context ``context`` (prompts of
+    ``context - OUT_TOKENS / 2`` tokens, ``OUT_TOKENS`` output tokens), ``precision`` (FP8 by
+    default), the validation grid (:func:`validation_grid`). Returns the throughput (tokens/s per
+    device, NaN if nothing meets the SLO), the TPOT (s) and the chosen configuration."""
+    if mode not in ("D", "AFD"):
+        raise S.SearchError(f"mode must be 'D' or 'AFD', got {mode!r}")
+    wl = S.Workload(max(1.0, context - OUT_TOKENS / 2), OUT_TOKENS)
+    r = best_decode(model, device, mode, wl, tpot_slo_s=tpot_slo_s, prec=Precision.named(precision), eff=eff,
+                    grid=grid or validation_grid(budget), budget=budget)
+    keys = ("tokens_per_s_per_device", "tpot_s", "config", "grid_edge", "candidates")
+    return {k: r[k] for k in keys if k in r}
 
 
 # --- DistServe (OSDI'24, arXiv 2401.09670): chatbot, OPT-13B, A100-SXM4-80GB, FP16, Poisson arrivals ---

@@ -165,12 +165,6 @@ def _cap(dev, eff):
 
 # ------------------------------------------------------------------------------ role candidates
 
-def _ar(s, prec, eff, link, tokens, tp):
-    """Two TP all-reduces per layer for ``tokens`` activations (attention side of a split)."""
-    return np.where(tp > 1, 2.0 * s.n_layers * (2.0 * (tp - 1) / tp * tokens * s.h * prec.act_bytes
-                                                 / (link * eff.link) + eff.collective_latency_s), 0.0)
-
-
 def _split_step(s, prec, eff, da, df, *, tp, n_a, n_f, m, scaleup=True, **pass_kw):
     """Forward-pass time of an attention/FFN split with ``m`` ping-pong micro-batches; ``pass_kw``
     describe the whole pass and are divided among micro-batches."""
@@ -188,12 +182,14 @@ def split_layer_parts(s, prec, eff, da, df, *, tp, n_a, n_f, m, scaleup=True, **
           for k, v in pass_kw.items()}
     dp = n_a / tp
     ta, tf, p = costs.forward_parts(s, prec, eff, da, df, tp=tp, dp=dp, n_ffn=n_f, **kw)
-    ta = ta + _ar(s, prec, eff, da["link"], p["tokens"] / dp, tp)
+    ba, bf = da.get("backend", "roofline"), df.get("backend", "roofline")
+    # two TP all-reduces per layer on the attention side
+    ta = ta + costs.allreduce_time(s, prec, eff, da["link"], tokens=p["tokens"] / dp, n=tp, backend=ba)
     cp = np.where(np.asarray(kw.get("pre_seqs", 0.0)) < dp, p["cp_tokens"], 0.0)
-    ta = ta + costs.cp_time(s, prec, eff, da["link"], cp_tokens=cp, dp=dp)
+    ta = ta + costs.cp_time(s, prec, eff, da["link"], cp_tokens=cp, dp=dp, backend=ba)
     if not s.n_moe:  # dense FFN split over n_f devices: one all-reduce per layer inside the FFN pool
-        tf = tf + np.where(n_f > 1, s.n_layers * (2.0 * (n_f - 1) / n_f * p["tokens"] * s.h * prec.act_bytes
-                                                  / (df["link"] * eff.link) + eff.collective_latency_s), 0.0)
+        tf = tf + costs.allreduce_time(s, prec, eff, df["link"], tokens=p["tokens"], n=n_f, per_layer=1,
+                                       backend=bf)
     L = s.n_layers
     a = ta / L + eff.layer_overhead_s
     f = tf / L
@@ -202,10 +198,10 @@ def split_layer_parts(s, prec, eff, da, df, *, tp, n_a, n_f, m, scaleup=True, **
         same = da["name"] == df["name"]
         dom = min(da.get("domain", np.inf), df.get("domain", np.inf)) if same else 0.0
         x1 = costs.af_hop_time(s, prec, eff, net, tokens=p["tokens"], n_attn=n_a, n_ffn=n_f,
-                               link=min(da["link"], df["link"]), domain=dom, per_direction=True)
+                               link=min(da["link"], df["link"]), domain=dom, per_direction=True, backend=ba)
     else:
         x1 = costs.af_hop_time(s, prec, eff, net, tokens=p["tokens"], n_attn=n_a, n_ffn=n_f,
-                               per_direction=True)
+                               per_direction=True, backend=ba)
     return a, f, x1
 
 

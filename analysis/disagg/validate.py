@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .. import data, specs
+from .. import data, kv, specs
 from .. import forward as costs
 from ..forward import Efficiency, Precision
 
@@ -66,13 +66,13 @@ SYSTEM_MAP = {
     "gb200": "GB200-NVL72",
     "gb300": "GB300-NVL72",
 }
-QUANT = {  # quant mode -> (weight bytes per element, compute dtype)
-    "fp8": (1.0, "fp8"),
-    "fp8_block": (1.0, "fp8"),
-    "nvfp4": (0.5625, "fp4"),
-    "int4_wo": (0.5625, "bf16"),
-    "bf16": (2.0, "bf16"),
-    "float16": (2.0, "bf16"),
+QUANT = {  # quant mode -> the time model's weight format (analysis.forward.WEIGHT_FORMATS)
+    "fp8": "fp8",
+    "fp8_block": "fp8",
+    "nvfp4": "fp4",
+    "int4_wo": "int4",
+    "bf16": "bf16",
+    "float16": "bf16",
 }
 SYSTEMS = tuple(SYSTEM_MAP)
 BACKENDS = ("trtllm", "sglang", "vllm")
@@ -236,11 +236,12 @@ def _prepare(rows: pd.DataFrame, net_bw: float) -> list:
         cols["sys_idx"] = np.array([SYSTEMS.index(x) for x in g["system"]])
         cols["be_idx"] = np.array([BACKENDS.index(x) for x in g["backend"]])
         qcol = "moe_quant_mode" if s.n_moe else "gemm_quant_mode"
-        wb = np.array([QUANT[q][0] for q in g[qcol]])
-        comp = [QUANT[q][1] for q in g["gemm_quant_mode"]]
+        wb = np.array([costs.WEIGHT_FORMATS[QUANT[q]][0] for q in g[qcol]])
+        comp = [costs.WEIGHT_FORMATS[QUANT[q]][1] for q in g["gemm_quant_mode"]]
         # KV cache in fp8 for fp8/fp4 runs (the serving recipes of these runs set it), bf16 otherwise
         fp8kv = np.isin(g["gemm_quant_mode"].to_numpy(), ["fp8", "fp8_block", "nvfp4"])
-        prec = Precision(weight_bytes=wb, kv_bytes=np.where(fp8kv, 1.0, 2.0), act_bytes=2.0, compute="bf16")
+        kvb = np.where(fp8kv, kv.DTYPE_BYTES["fp8"], kv.DTYPE_BYTES["bf16"])
+        prec = Precision(weight_bytes=wb, kv_bytes=kvb, act_bytes=2.0, compute="bf16")
         hwc = {h: specs.gpu(h) for h in set(g["hardware"])}
         hws = [hwc[h] for h in g["hardware"]]
         dev = {

@@ -1,4 +1,4 @@
-"""Load the prefix KV cache or recompute it? Mooncake's Eq. 1-2 and their roofline generalisation.
+"""Load the prefix KV cache or recompute it? Mooncake's Eq. 1-2 and the book's time model.
 
 Mooncake (Qin et al., FAST'25) compares, for a prompt whose first ``n`` tokens are cached elsewhere,
 the time to *load* their KV cache at bandwidth ``B`` with the time to *recompute* them on GPUs of
@@ -7,15 +7,15 @@ as ``2 n d s / g`` (``d`` hidden size, ``s`` bytes per element, ``g`` = query he
 Eq. 2 states that reuse pays when ``B > G * 2 d s / (g (a n d + b d^2))``. For LLaMA3-70B with an
 8,192-token prefix the paper finds >= 6 GB/s on 8xA800 and >= 19 GB/s on 8xH800.
 
-Here the same criterion is computed from first principles with :mod:`analysis.kv` (KV bytes per
-token from the configuration; FLOPs = 2 x active parameters per token plus the causal attention
-core) and :mod:`analysis.roofline` (time = max(FLOPs / peak, bytes / HBM bandwidth)):
-
-* :func:`reuse_bandwidth_needed` -- Mooncake's criterion: KV bytes of the prefix divided by the
-  time to prefill the prefix from scratch (load faster than recompute);
-* :func:`overlap_bandwidth_needed` -- the stricter layer-wise-overlap criterion of
-  :func:`analysis.roofline.prefix_load_bandwidth_needed`: loading the prefix hides entirely behind
-  the prefill of the ``n_new`` tokens that follow it;
+* :func:`reuse_bandwidth_needed` -- Mooncake's criterion in the paper's closed form
+  (:func:`analysis.roofline.mooncake_eq2_bandwidth`), FLOPs counted from the configuration with
+  :mod:`analysis.kv`: what the chapter compares with the published numbers;
+* :func:`breakeven_bandwidth` -- the same criterion with recomputation timed by the book's one time
+  model (:func:`analysis.forward.prefill_time`: per-layer operators on one instance of ``n_gpus``
+  GPUs, weight reads, tensor-parallel all-reduces and overheads): KV bytes of the prefix divided by
+  the time to prefill it from scratch (load faster than recompute);
+* :func:`overlap_bandwidth_needed` -- the stricter layer-wise-overlap criterion: loading the prefix
+  hides entirely behind the prefill of the ``n_new`` tokens that follow it;
 * :func:`implied_eq1_coefficient` -- the ``a n/d + b`` that a published bandwidth implies, to set the
   paper's FLOP count beside ours.
 """
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import forward as fw
 from .. import kv, roofline
 from ..specs import gpu as _gpu
 from ..specs import model as _model
@@ -35,24 +36,51 @@ def _check_prefix(prefix_tokens):
     return p
 
 
-def reuse_bandwidth_needed(model, gpu, prefix_tokens, *, n_gpus=1, dtype="bf16", kv_dtype="bf16",
-                           compute_eff=1.0):
-    """Bytes/s above which loading a prefix's KV is faster than recomputing it (Mooncake Eq. 2)."""
-    p = _check_prefix(prefix_tokens)
+def _check_gpus(n_gpus):
     if int(n_gpus) != n_gpus or n_gpus < 1:
         raise ValueError(f"n_gpus must be a positive integer, got {n_gpus!r}")
-    t = roofline.prefill_time(model, gpu, p, 0, n_gpus=n_gpus, dtype=dtype, kv_dtype=kv_dtype,
-                              compute_eff=compute_eff)
+
+
+def reuse_bandwidth_needed(model, gpu, prefix_tokens, *, n_gpus=1, dtype="bf16", kv_dtype="bf16",
+                           compute_eff=1.0):
+    """Bytes/s above which loading a prefix's KV is faster than recomputing it: Mooncake's Eq. 2 as
+    the paper writes it (:func:`analysis.roofline.mooncake_eq2_bandwidth`; recomputation priced by
+    its FLOPs at ``n_gpus x compute_eff x peak``)."""
+    _check_prefix(prefix_tokens)
+    _check_gpus(n_gpus)
+    return roofline.mooncake_eq2_bandwidth(model, gpu, prefix_tokens, n_gpus=n_gpus, dtype=dtype,
+                                           kv_dtype=kv_dtype, compute_eff=compute_eff)
+
+
+def _time_model(dtype, kv_dtype, compute_eff, eff):
+    prec = fw.Precision.named(dtype, kv_dtype=kv_dtype)
+    e = fw.Efficiency() if eff is None else eff
+    return prec, e.replace(compute=float(compute_eff))
+
+
+def breakeven_bandwidth(model, gpu, prefix_tokens, *, n_gpus=1, dtype="bf16", kv_dtype="bf16",
+                        compute_eff=1.0, eff: fw.Efficiency | None = None):
+    """Bytes/s above which loading a prefix's KV is faster than recomputing it on one instance of
+    ``n_gpus`` GPUs, recomputation timed by the one time model (``compute_eff`` replaces the
+    compute efficiency of ``eff``, default :class:`analysis.forward.Efficiency`)."""
+    p = _check_prefix(prefix_tokens)
+    _check_gpus(n_gpus)
+    prec, e = _time_model(dtype, kv_dtype, compute_eff, eff)
+    t = fw.prefill_time(model, gpu, p, 0.0, tp=n_gpus, prec=prec, eff=e)
     out = kv.kv_bytes(model, p, 1, kv_dtype) / t
     return out if np.ndim(out) else float(out)
 
 
 def overlap_bandwidth_needed(model, gpu, prefix_tokens, n_new, *, n_gpus=1, dtype="bf16", kv_dtype="bf16",
-                             compute_eff=1.0):
-    """Bytes/s at which loading ``prefix_tokens`` of KV hides behind prefilling ``n_new`` new tokens."""
-    _check_prefix(prefix_tokens)
-    return roofline.prefix_load_bandwidth_needed(model, gpu, prefix_tokens, n_new, n_gpus=n_gpus, dtype=dtype,
-                                                 kv_dtype=kv_dtype, compute_eff=compute_eff)
+                             compute_eff=1.0, eff: fw.Efficiency | None = None):
+    """Bytes/s at which loading ``prefix_tokens`` of KV hides behind prefilling ``n_new`` new tokens
+    after them (layer-wise overlapped; time model as in :func:`breakeven_bandwidth`)."""
+    p = _check_prefix(prefix_tokens)
+    _check_gpus(n_gpus)
+    prec, e = _time_model(dtype, kv_dtype, compute_eff, eff)
+    t = fw.prefill_time(model, gpu, n_new, p, tp=n_gpus, prec=prec, eff=e)
+    out = kv.kv_bytes(model, p, 1, kv_dtype) / t
+    return out if np.ndim(out) else float(out)
 
 
 def implied_eq1_coefficient(model, gpu, prefix_tokens, bandwidth, *, n_gpus=1, dtype="bf16", kv_dtype="bf16"):
@@ -83,13 +111,14 @@ def our_eq1_coefficient(model, prefix_tokens):
 def requirement_grid(
     models, gpus, prefix_tokens, *, n_gpus=8, dtype="bf16", kv_dtype="bf16", compute_eff=1.0
 ):
-    """Tidy rows: Mooncake's reuse bandwidth for every model x GPU x prefix length."""
+    """Tidy rows: the load-vs-recompute break-even bandwidth (:func:`breakeven_bandwidth`, one
+    instance of ``n_gpus`` GPUs) for every model x GPU x prefix length."""
     rows = []
     p = np.atleast_1d(np.asarray(prefix_tokens, dtype=float))
     for mname in models:
         for gname in gpus:
             bw = np.atleast_1d(
-                reuse_bandwidth_needed(
+                breakeven_bandwidth(
                     mname, gname, p, n_gpus=n_gpus, dtype=dtype, kv_dtype=kv_dtype, compute_eff=compute_eff
                 )
             )

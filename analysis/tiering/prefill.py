@@ -1,11 +1,12 @@
-"""Chapter 2's prefill pricing through the one forward-pass model (:mod:`analysis.forward`).
+"""Chapter 2's prefill and decode-step pricing: a thin call-through to the book's one time model
+(:mod:`analysis.forward`).
 
-A thin adapter (chapter 2 must not import chapter 3's ``disagg``): a
-:class:`~analysis.tiering.tiers.Deployment` becomes the forward model's device numbers, precision
-and efficiencies, and a prefill of ``n_new`` tokens after ``prefix`` cached ones on one instance of
-``tp`` GPUs costs one colocated forward pass (tensor-parallel all-reduces over NVLink, per-step and
-per-layer overheads, attention by its attended pairs). Chapter 2's ``compute_eff`` is the forward
-model's ``Efficiency.compute``; the other efficiencies are chapter 3's defaults.
+A :class:`~analysis.tiering.tiers.Deployment` names the model, the GPU, the instance's ``tp``, the
+weight and KV dtypes and the compute efficiency; :func:`analysis.forward.prefill_time` prices one
+colocated forward pass on that instance (tensor-parallel all-reduces over NVLink, per-step and
+per-layer overheads, attention by its attended pairs). Chapter 2's ``compute_eff`` is the time
+model's ``Efficiency.compute``; the other efficiencies are its defaults. Precisions come from the time
+model's table (:data:`analysis.forward.WEIGHT_FORMATS`) and :data:`analysis.kv.DTYPE_BYTES`.
 
 :func:`chunked_prefill_time` prices a prompt prefilled in chunks of ``chunk_tokens`` (chunked
 prefill, as a continuous-batching engine schedules it): one forward pass per chunk, each after the
@@ -18,38 +19,30 @@ import functools
 import numpy as np
 
 from .. import forward as fw
-from .. import kv
-from ..specs import gpu as _gpu
 
 
 @functools.lru_cache(maxsize=64)
-def _setup(model: str, gpu: str, weight_dtype: str, kv_dtype: str, compute_eff: float):
-    g = _gpu(gpu)
-    wb = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5625, "int4": 0.5625}.get(weight_dtype, 2.0)
-    kb = kv.dtype_bytes(kv_dtype)  # the KV element size chapter 2 uses everywhere
-    prec = fw.Precision(weight_bytes=wb, kv_bytes=kb, act_bytes=2.0,
-                        compute=weight_dtype if weight_dtype in ("bf16", "fp8", "fp4") else "bf16")
-    dev = {"flops": g.flops(prec.compute), "attn_flops": g.flops("bf16"), "bw": g["hbm_bandwidth"],
-           "link": g.values.get("nvlink_bandwidth", g.values.get("pcie_bandwidth", 64e9)) / 2.0}
-    eff = fw.Efficiency().replace(compute=float(compute_eff))
-    return fw.shape(model), prec, eff, dev
+def _setup(weight_dtype: str, kv_dtype: str, compute_eff: float):
+    return fw.Precision.named(weight_dtype, kv_dtype=kv_dtype), fw.Efficiency().replace(compute=compute_eff)
 
 
 def efficiency(d) -> "fw.Efficiency":
-    """The forward model's efficiencies for deployment ``d``."""
-    return _setup(d.model, d.gpu, d.weight_dtype, d.kv_dtype, float(d.compute_eff))[2]
+    """The time model's efficiencies for deployment ``d``."""
+    return _setup(d.weight_dtype, d.kv_dtype, float(d.compute_eff))[1]
 
 
 def prefill_time(d, n_new, prefix=0.0, seqs=1.0):
     """Seconds of one forward pass prefilling ``seqs`` prompts of ``n_new`` new tokens after
     ``prefix`` cached ones each on one instance of ``d.tp`` GPUs (vectorised)."""
-    s, prec, eff, dev = _setup(d.model, d.gpu, d.weight_dtype, d.kv_dtype, float(d.compute_eff))
-    n_new = np.asarray(n_new, dtype=float)
-    if np.any(n_new < 0):
-        raise ValueError("n_new must be >= 0 tokens")
-    t = fw.colocated_pass_time(s, prec, eff, dev, tp=float(d.tp), dp=1.0, pre_seqs=seqs, pre_len=n_new,
-                               pre_prefix=np.asarray(prefix, dtype=float))
-    return np.asarray(t, dtype=float)
+    prec, eff = _setup(d.weight_dtype, d.kv_dtype, float(d.compute_eff))
+    return fw.prefill_time(d.model, d.gpu, n_new, prefix, tp=d.tp, seqs=seqs, prec=prec, eff=eff)
+
+
+def decode_step_time(d, context, seqs=1.0):
+    """Seconds of one decode step of ``seqs`` sequences at ``context`` tokens each on one instance of
+    ``d.tp`` GPUs (vectorised)."""
+    prec, eff = _setup(d.weight_dtype, d.kv_dtype, float(d.compute_eff))
+    return fw.decode_step_time(d.model, d.gpu, context, tp=d.tp, seqs=seqs, prec=prec, eff=eff)
 
 
 def chunked_prefill_time(d, n_new, prefix=0.0, chunk_tokens: int = 8192):

@@ -11,7 +11,8 @@ Model (every assumption explicit):
   ``compute_eff`` (tensor-parallel communication, overheads and the quadratic attention term
   included); load time = sum over tiers of
   ``h_ij * stored bytes per token / bandwidth_j`` plus the tier's latency;
-* loading is overlapped layer by layer with computation: service = ``max(c, l) + min(c, l) / layers``,
+* loading is overlapped layer by layer with computation (the one overlap rule,
+  :func:`analysis.forward.layerwise_overlap`): service = ``max(c, l) + min(c, l) / layers``,
   unless recomputing the whole prompt is faster (then it recomputes and uses no cached token);
 * instances serve one prefill at a time, first come first served, in the trace's arrival order
   (arrival times divided by ``load_scale``); TTFT = queueing + service.
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import forward as fw
 from .. import kv
 from ..specs import model as _model
 from . import prefill as _prefill
@@ -100,7 +102,7 @@ def service_from_hits(trace, hits, written_tokens_per_tier, tiers: list[Tier], d
         # load the cached prefix (overlapped layer by layer) or recompute the whole prompt, whichever
         # is faster (Mooncake's load-vs-recompute decision, per request)
         load = _load_times(hits, tiers, factor)
-        return load, np.minimum(np.maximum(comp, load) + np.minimum(comp, load) / layers, nocache)
+        return load, np.minimum(fw.layerwise_overlap(comp, load, layers), nocache)
 
     wbytes = np.asarray(written_tokens_per_tier, dtype=float) * np.array([t.bytes_per_token for t in tiers])
     ones = np.ones(len(tiers))
