@@ -259,3 +259,52 @@ def sensitivity(ax, df, *, xlabel, title, logx=False, groups_label=None, colors=
     ax.set_xlabel(xlabel)
     ax.set_ylabel("USD per million tokens")
     ax.set_title(title, fontsize=10)
+
+
+# ----------------------------------------------------------------------- the chapter's figures, by label
+
+
+def fig_decision_map_answer(cells, layouts, factor):
+    """The decision map at one SSD price factor (the chapter's answer)."""
+    return decision_map(cells, layouts, factors=[factor])
+
+
+def fig_decision_map(cells, layouts):
+    """The decision map at every SSD price factor of the map."""
+    return decision_map(cells, layouts)
+
+
+def fig_sens_devices(sweeps: dict, layout_labels: dict):
+    """Cheapest cost per tier layout against the AI-SSD price, the CXL price, the NVMe per-drive
+    bandwidth and the AI SSD's read gain (``sweeps``: ``chapter.sensitivity_sweeps``)."""
+    import matplotlib.pyplot as plt
+
+    fig, axs = plt.subplots(2, 2, figsize=(8.4, 7.4), sharey=True)
+    col = layout_colors()
+    sensitivity(axs[0, 0], sweeps["ai"], xlabel="× AI-SSD price of data/hardware.csv", title="AI-SSD price",
+                logx=True, groups_label=layout_labels, colors=col)
+    sensitivity(axs[0, 1], sweeps["cxl"], xlabel="× CXL price of data/hardware.csv", title="CXL price",
+                logx=True, groups_label=layout_labels, colors=col)
+    sensitivity(axs[1, 0], sweeps["bw"], xlabel="GB/s per drive", title="NVMe read bandwidth",
+                logx=True, groups_label=layout_labels, colors=col)
+    sensitivity(axs[1, 1], sweeps["bits"], xlabel="× read rate (16 / stored bits)",
+                title="AI-SSD effective bandwidth", logx=True, groups_label=layout_labels, colors=col)
+    axs[0, 1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    return fig
+
+
+def fig_sens_arch_disagg(sweeps: dict, layout_labels: dict):
+    """Cheapest cost per tier layout against the linear-attention share (left) and per deployment
+    mode against disaggregation's transfer overhead (right)."""
+    import matplotlib.pyplot as plt
+
+    fig, axs = plt.subplots(1, 2, figsize=(8.4, 4.4))
+    sensitivity(axs[0], sweeps["lin"], xlabel="share of layers with linear attention (KV per token −x)",
+                title="KV-shrinking architectures", groups_label=layout_labels, colors=layout_colors())
+    axs[0].legend(fontsize=7)
+    sensitivity(axs[1], sweeps["xfer"], xlabel="transfer overhead (× slower scale-out transfer)",
+                title="maturity of disaggregation", logx=True)
+    axs[1].legend(fontsize=7)
+    fig.tight_layout()
+    return fig

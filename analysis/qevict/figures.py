@@ -1,5 +1,5 @@
-"""Chapter 4's figures for issue 14 (forest plot of the declared rule, Pareto fronts, drift against
-its null, results per genre), so the chapter stays thin."""
+"""Chapter 4's figures, one function per figure, named after the figure's label in the chapter
+(label ``fig-qevict-fmm`` -> :func:`fig_qevict_fmm`); each returns the matplotlib Figure."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,11 +8,17 @@ import pandas as pd
 from ..plots import LINESTYLES
 from .policies import POLICY_LABELS
 
+
+def percent_tick(x, _pos=None) -> str:
+    """Axis tick of a fraction as a whole percentage (0.35 -> '35%')."""
+    return f"{x:.0%}"
+
+
 OUTCOME_COLORS = {"better": "#1b9e77", "not worse": "#7fc97f", "unclear": "#999999", "worse": "#d95f02",
                   "not testable": "#cccccc"}
 
 
-def forest_plot(rule_table: pd.DataFrame, title: str = ""):
+def _forest(rule_table: pd.DataFrame, title: str = ""):
     """KL ratio QEvict / baseline (geometric mean over documents) with its Holm-level interval, one
     row per (baseline, budget), coloured by the rule's outcome; the 10% non-inferiority margin dotted."""
     import matplotlib.pyplot as plt
@@ -41,7 +47,7 @@ def forest_plot(rule_table: pd.DataFrame, title: str = ""):
     return fig
 
 
-def pareto_plot(ptab: pd.DataFrame, palette: dict, markers: dict):
+def fig_qevict_pareto(ptab: pd.DataFrame, palette: dict, markers: dict):
     """Two views of the three-way trade-off (on-device bytes, recall bytes per step, KL): KL against
     the on-device share (left) and against the recall traffic (right); the points not dominated on
     all three are outlined and joined per panel by their two-way front."""
@@ -69,7 +75,7 @@ def pareto_plot(ptab: pd.DataFrame, palette: dict, markers: dict):
     return fig
 
 
-def drift_null_plot(drift: pd.DataFrame):
+def fig_qevict_drift_null(drift: pd.DataFrame):
     """Per document, each drift statistic in decoding order against its shuffled-order null."""
     import matplotlib.pyplot as plt
 
@@ -88,12 +94,9 @@ def drift_null_plot(drift: pd.DataFrame):
     return fig
 
 
-def genre_heatmap(summary: pd.DataFrame, policy: str, baselines, labels: dict):
+def genre_kl_ratios(summary: pd.DataFrame, policy: str, baselines, labels: dict) -> pd.DataFrame:
     """Geometric-mean KL ratio policy / baseline per genre (rows) and baseline (columns), over
     budgets and the genre's documents."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
     k = summary.pivot_table(index=["genre", "document", "budget"], columns="policy", values="kl")
     rows = []
     for b in baselines:
@@ -103,18 +106,26 @@ def genre_heatmap(summary: pd.DataFrame, policy: str, baselines, labels: dict):
         for g, d in lr.groupby("genre"):
             rows.append(dict(genre=labels.get(g, g), baseline=POLICY_LABELS.get(b, b),
                              ratio=float(np.exp(d.lr.mean()))))
-    t = pd.DataFrame(rows).pivot(index="genre", columns="baseline", values="ratio")
+    return pd.DataFrame(rows).pivot(index="genre", columns="baseline", values="ratio")
+
+
+def fig_qevict_genres(ratios: pd.DataFrame):
+    """Heat map of :func:`genre_kl_ratios` (log2 colour scale, the ratio written in each cell)."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    t = ratios
     fig, ax = plt.subplots(figsize=(min(0.55 * t.shape[1] + 2.6, 8.2), 0.5 * t.shape[0] + 2.2))
-    sns.heatmap(np.log2(t), annot=t.map(lambda v: f"{v:.2f}"), fmt="", cmap="RdBu_r", center=0, ax=ax,
+    sns.heatmap(np.log2(t), annot=t.map("{:.2f}".format), fmt="", cmap="RdBu_r", center=0, ax=ax,
                 cbar_kws={"label": "log2 KL ratio (blue: QEvict better)"}, annot_kws={"fontsize": 7})
     ax.set_xlabel("")
     ax.set_ylabel("")
     ax.tick_params(axis="x", labelrotation=60, labelsize=7)
     fig.tight_layout()
-    return fig, t
+    return fig
 
 
-def long_kl_plot(long_table: pd.DataFrame, palette: dict, markers: dict):
+def fig_qevict_long_kl(long_table: pd.DataFrame, palette: dict, markers: dict):
     """KL against the budget for every policy, one panel per committed long run (mean over its
     documents): the committed long-context table (``longview.long_results``) as a figure, whose full
     table the chapter offers as a CSV download."""
@@ -144,7 +155,7 @@ def long_kl_plot(long_table: pd.DataFrame, palette: dict, markers: dict):
         ax.set_title(f"{run}\n{d.model.iloc[0]}, {ctx:,} tokens", fontsize=8)
         ax.set_yscale("log")
         ax.set_xlabel("budget (fraction of full-cache bytes)", fontsize=8)
-        ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda x, _: f"{x:.0%}"))
+        ax.xaxis.set_major_formatter(plt.FuncFormatter(percent_tick))
     spare = list(axes.flat)[n:]
     for ax in spare:
         ax.axis("off")
@@ -158,3 +169,179 @@ def long_kl_plot(long_table: pd.DataFrame, palette: dict, markers: dict):
         fig.legend(h, lab, loc="lower center", ncol=4, fontsize=7, bbox_to_anchor=(0.5, 0.0))
         fig.tight_layout(rect=(0, 0.9 / (3.6 * nrow + 1.0) + 0.12, 1, 1))
     return fig
+
+
+def policy_styles(policies, palette, markers):
+    """Presentation order, colours and markers of the non-full policies: ``(keys, labels, colour by
+    label, markers)``; colours repeat after ``len(palette)`` policies, markers do not."""
+    keys = [p for p in policies if p != "full"]
+    labels = [POLICY_LABELS[p] for p in keys]
+    colours = dict(zip(labels, list(palette) * 2))
+    marks = (list(markers) + ["h", "p", "8", "d"])[:len(labels)]
+    return keys, labels, colours, marks
+
+
+def heatmap_frame(attn_full: np.ndarray, prefill_tokens: int, window_tokens: int, layer: int) -> pd.DataFrame:
+    """Window attention of one document, windows (rows, by first token position) by decoding steps
+    (columns): one layer's mean over KV heads (``layer < 0``: mean of all layers); NaN before a
+    window starts."""
+    a = attn_full.mean(axis=(1, 2)) if layer < 0 else attn_full[:, layer].mean(axis=1)
+    nwin = a.shape[-1]
+    first_tok = np.arange(nwin) * window_tokens
+    exists = first_tok[None, :] <= prefill_tokens + np.arange(a.shape[0])[:, None]  # window started by step s
+    return pd.DataFrame(np.where(exists, a, np.nan).T, index=[f"{t}" for t in first_tok])
+
+
+def fig_qevict_heatmap(attn_full: np.ndarray, prefill_tokens: int, window_tokens: int, layer: int,
+                       document: str, cmap: str = "viridis"):
+    """log10 attention mass per window and decoding step (:func:`heatmap_frame`)."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    h = heatmap_frame(attn_full, prefill_tokens, window_tokens, layer)
+    fig, ax = plt.subplots(figsize=(7.6, 4.8))
+    sns.heatmap(np.log10(h.clip(lower=1e-4)), ax=ax, cmap=cmap, vmin=-4, vmax=0,
+                cbar_kws={"label": "log10 attention mass of the window"}, xticklabels=16, yticklabels=4)
+    ax.set_xlabel("decoding step")
+    ax.set_ylabel("window (first token position)")
+    lay = "mean of all layers" if layer < 0 else f"layer {layer}"
+    ax.set_title(f"{document}: window attention, {lay}")
+    return fig
+
+
+def fig_qevict_lir(lir: pd.DataFrame, gap_steps: int, seed: int, colour):
+    """Global LIR per layer (left) and the attention mass on re-activated windows (right), mean over
+    documents with a 95% bootstrap interval."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    fig, axes = plt.subplots(1, 2, figsize=(8.2, 3.6))
+    sns.lineplot(data=lir, x="layer", y="lir", ax=axes[0], marker="o", errorbar=("ci", 95), seed=seed)
+    axes[0].set_ylabel("Global LIR (fraction re-activated)")
+    axes[0].set_ylim(0, 1)
+    sns.lineplot(data=lir, x="layer", y="reactivated_mass", ax=axes[1], marker="o", errorbar=("ci", 95),
+                 seed=seed, color=colour)
+    axes[1].set_ylabel("attention mass on re-activated windows\n(per step and KV head)")
+    for ax in axes:
+        ax.set_xlabel("layer")
+    fig.suptitle(f"Global LIR by layer (L = {gap_steps} steps), mean over documents with 95% CI", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def _budget_lines(ax, data, col, order, palette, markers, seed, legend=True):
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    sns.lineplot(data=data, x="budget", y=col, hue="label", style="label", hue_order=order, style_order=order,
+                 palette=palette, markers=markers, dashes=False, errorbar=("ci", 95), seed=seed, ax=ax,
+                 legend=legend)
+    ax.xaxis.set_major_formatter(plt.FuncFormatter(percent_tick))
+
+
+def fig_qevict_fmm(summary: pd.DataFrame, order, palette, markers, seed: int):
+    """Future Missed Mass against the budget, on windows held quantized (left) and on windows not
+    readable (right), per policy with 95% intervals over documents; ``summary`` without the full cache."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(8.2, 5.0), sharey=True)
+    for ax, col, title in ((axes[0], "fmm_quantized", "held quantized"),
+                           (axes[1], "fmm_evicted", "not readable (evicted / offloaded)")):
+        _budget_lines(ax, summary, col, order, palette, markers, seed)
+        ax.set_title(f"FMM on windows {title}", fontsize=9)
+        ax.set_xlabel("budget (fraction of full-cache bytes)")
+    axes[0].set_ylabel("Future Missed Mass")
+    axes[0].get_legend().remove()
+    handles, labels = axes[1].get_legend_handles_labels()
+    axes[1].get_legend().remove()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, bbox_to_anchor=(0.5, 0.0))
+    fig.tight_layout(rect=(0, 0.2, 1, 1))
+    return fig
+
+
+def fig_qevict_outcomes(summary: pd.DataFrame, order, palette, markers, seed: int):
+    """KL, perplexity change, top-1 agreement and needle accuracy against the budget, per policy;
+    ``summary`` with the full cache, whose needle accuracy is the dotted line."""
+    import matplotlib.pyplot as plt
+
+    sp = summary[summary.policy != "full"]
+    fig, axes = plt.subplots(2, 2, figsize=(8.2, 8.0))
+    panels = [("kl", "KL(full ‖ policy) per token [nats]", sp),
+              ("dppl", "perplexity change vs full cache", sp),
+              ("top1", "top-1 agreement with full cache", sp),
+              ("needle_acc", "needle retrieval accuracy", sp[sp.document.str.startswith("needle:")])]
+    for ax, (col, lab, data) in zip(axes.flat, panels):
+        if data[col].notna().any():
+            _budget_lines(ax, data, col, order, palette, markers, seed, legend=(col == "kl"))
+        else:
+            ax.xaxis.set_major_formatter(plt.FuncFormatter(percent_tick))
+        ax.set_ylabel(lab, fontsize=8)
+        ax.set_xlabel("budget (fraction of full-cache bytes)", fontsize=8)
+    axes[0, 0].set_yscale("log")
+    full_needle = summary[(summary.policy == "full") & summary.document.str.startswith("needle:")].needle_acc
+    axes[1, 1].axhline(full_needle.mean(), color="k", ls=":", lw=1, label="full cache")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    axes[0, 0].get_legend().remove()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, bbox_to_anchor=(0.5, 0.0))
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    return fig
+
+
+def fig_qevict_forest(rule_table: pd.DataFrame, n_documents: int):
+    """The declared QEvict rule on the default run: :func:`_forest` of QEvict-recall vs every
+    (baseline, budget) pair."""
+    return _forest(rule_table, f"QEvict-recall vs baselines, {n_documents} documents")
+
+
+def fig_qevict_main_forest(rule_table: pd.DataFrame, n_units: int):
+    """The declared QEvict rule on the main comparison at long context (units: document, model)."""
+    return _forest(rule_table,
+                   f"QEvict-recall vs baselines at long context, {n_units} (document, model) units")
+
+
+def fig_qevict_lir_gain(table: pd.DataFrame, colour):
+    """Per document (annotated), the KL gain of recall over MiKV against the document's Global LIR
+    (``table``: ``lir`` and ``kl_gain`` by document, from ``metrics.lir_gain_correlation``)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    ax.scatter(table.lir, table.kl_gain, color=colour)
+    for d, r in table.iterrows():
+        ax.annotate(d, (r.lir, r.kl_gain), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax.axhline(0, color="k", lw=0.6)
+    ax.set_xlabel("Global LIR of the document")
+    ax.set_ylabel("KL(MiKV) − KL(QEvict-recall) [nats]")
+    fig.tight_layout()
+    return fig
+
+
+TIER_NAMES = {"bytes_full_per_token": "full precision (device)",
+              "bytes_quantized_per_token": "quantized (device)",
+              "bytes_cold_per_token": "cold copy (DRAM/SSD)"}
+
+
+def tier_bytes_long(tier_bytes: pd.DataFrame) -> pd.DataFrame:
+    """``Experiment.tier_bytes()`` without the full cache, one row per (policy, budget, tier)."""
+    tb = tier_bytes[tier_bytes.policy != "full"]
+    long = tb.melt(id_vars=["label", "budget"], value_vars=list(TIER_NAMES), var_name="tier",
+                   value_name="bytes_per_token")
+    long["tier"] = long.tier.map(TIER_NAMES)
+    return long
+
+
+def fig_qevict_tier_bytes(tier_bytes: pd.DataFrame, order, palette):
+    """Bytes per token of context held per tier, per policy (panels) and budget (bars)."""
+    import seaborn as sns
+
+    long = tier_bytes_long(tier_bytes)
+    g = sns.catplot(data=long, x="budget", y="bytes_per_token", hue="tier", col="label", col_wrap=4,
+                    kind="bar", col_order=[o for o in order if o in set(long.label)],
+                    height=1.9, aspect=1.05, palette=list(palette)[:3])
+    g.set_axis_labels("budget", "bytes per token")
+    g.set_titles("{col_name}", size=7)
+    sns.move_legend(g, "lower center", ncol=3, bbox_to_anchor=(0.45, -0.01), frameon=False, title=None)
+    g.figure.subplots_adjust(bottom=0.12)
+    blabels = [f"{b:.0%}" for b in sorted(long.budget.unique())]
+    for ax in g.axes.flat:
+        ax.set_xticks(range(len(blabels)), blabels)
+    return g.figure

@@ -1,0 +1,408 @@
+"""Chapter 5's derived numbers, tables and texts, so that its cells only call, glue and plot.
+
+A function named ``*_row(s)`` returns glued values as ``(name, value, format)`` rows
+(``glue(*row)``); the others return what the chapter shows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from . import decide
+
+# ----------------------------------------------------------------------- glue rows
+
+
+def pct_row(name: str, x: float) -> tuple:
+    """A share glued as a whole percentage, 'n/a' when it is not finite."""
+    return (name, x, "{:.0%}" if np.isfinite(x) else "n/a")
+
+
+def range_row(name: str, found: pd.DataFrame, key: str) -> tuple:
+    """The lowest and highest value of one finding over the perturbed maps, as 'lo%–hi%'."""
+    _, lo, hi = decide.finding_range(found, key)
+    return (name, f"{lo:.0%}–{hi:.0%}" if np.isfinite(lo) and np.isfinite(hi) else "n/a", None)
+
+
+FINDINGS = (
+    "share_off_hbm",
+    "share_compressed",
+    "share_qevict",
+    "share_disagg",
+    "tier_saving_median",
+    "tier_saving_max",
+    "total_saving_median",
+    "total_saving_max",
+    "disagg_saving_max",
+    "top_policy_share",
+)
+
+
+def findings_rows(findings: dict, found: pd.DataFrame) -> list:
+    """Every share of :data:`FINDINGS` (``ch5_<key>``) and its range over the perturbed maps
+    (``ch5_<key>_range``)."""
+    rows = []
+    for k in FINDINGS:
+        rows += [pct_row(f"ch5_{k}", findings[k]), range_row(f"ch5_{k}_range", found, k)]
+    return rows
+
+
+def flip_rows(cells: pd.DataFrame, n_cells: int) -> list:
+    """The share of cells whose cheapest option (and layout) flips within the declared ranges, and
+    the range that flips most cells."""
+    ok = cells.dropna(subset=["usd_per_mtok"])
+    flips = (
+        cells.loc[cells["flips"], "flipped_by"].str.split("; ").explode().value_counts()
+        if cells["flips"].any()
+        else pd.Series(dtype=int)
+    )
+    return [
+        ("ch5_flip_share", float(ok["flips"].mean()) if n_cells else np.nan, "{:.0%}"),
+        ("ch5_flip_layout_share", float(ok["layout_flips"].mean()) if n_cells else np.nan, "{:.0%}"),
+        ("ch5_flip_main", flips.index[0] if len(flips) else "none of them", None),
+    ]
+
+
+# ----------------------------------------------------------------------- tables
+
+
+def interactive_maps(cells, every, factors, extra_cells, extra_every):
+    """The decision map's cells and options at the interactive SSD price ``factors``: those of the
+    main map at those factors, then ``extra_cells`` / ``extra_every`` (the map at the others)."""
+    keep = np.isin(cells["ssd_price_factor"], factors)
+    icells = pd.concat([cells[keep].drop(columns=["flips"]), extra_cells], ignore_index=True)
+    ievery = pd.concat([every[np.isin(every["ssd_price_factor"], factors)], extra_every], ignore_index=True)
+    return icells, ievery
+
+
+FIDELITY_PCT = [
+    "on-device bytes",
+    "cold-tier bytes",
+    "recall / step",
+    "top-1 agreement",
+    "perplexity change",
+    "published score ratio",
+]
+FIDELITY_NAMES = {
+    "on-device bytes": "on-device bytes (% of full cache)",
+    "cold-tier bytes": "cold-tier bytes (% of full cache)",
+    "recall / step": "recall per step (% of full cache)",
+    "top-1 agreement": "top-1 agreement (%)",
+    "perplexity change": "perplexity change (%)",
+    "published score ratio": "published score / full cache's (%)",
+}
+
+
+def _pct_or_dash(x) -> str:
+    return f"{x:.1%}" if np.isfinite(x) else "—"
+
+
+def _kl_or_dash(x) -> str:
+    return f"{x:.3f}" if np.isfinite(x) else "—"
+
+
+def fidelity_display(policies, floor) -> pd.DataFrame:
+    """Every KV policy and the AI SSD's in-drive precisions with their bytes, fidelity, evidence and
+    whether the floor admits them, formatted for the chapter's table."""
+    from . import fidelity
+
+    in_drive = [floor.in_drive_policy(b) for b in sorted(floor.in_drive)]
+    fid = fidelity.table(policies)
+    fid = pd.concat(
+        [
+            fid,
+            fidelity.table(in_drive).assign(
+                policy=[f"AI SSD in-drive int{b}" for b in sorted(floor.in_drive)]
+            ),
+        ],
+        ignore_index=True,
+    )
+    fid["admitted"] = [floor.admits(p) for p in policies] + [floor.admits(p) for p in in_drive]
+    shown = fid.drop(columns=["name", "budget"]).copy()
+    for c in FIDELITY_PCT:
+        shown[c] = shown[c].map(_pct_or_dash)
+    shown["KL (nats)"] = shown["KL (nats)"].map(_kl_or_dash)
+    shown["fidelity evidence"] = [
+        p.evidence or ("chapter 4, short run" if p.source == "chapter 4" else "—")
+        for p in policies + in_drive
+    ]
+    return shown.rename(columns=FIDELITY_NAMES)
+
+
+def frontier_summary(cells: pd.DataFrame) -> pd.DataFrame:
+    """Where the cheapest tier layout changes, per SSD price (``decide.frontier_changes``)."""
+    front = decide.frontier_changes(cells, "layout")
+    if front.empty:
+        return pd.DataFrame([{"frontier": "none: one layout is cheapest everywhere"}])
+    return (
+        front.groupby(["ssd_price_factor", "frontier"], sort=False)["where"]
+        .agg("; ".join)
+        .reset_index()
+        .rename(columns={"ssd_price_factor": "SSD price ×"})
+    )
+
+
+def kimi_display(kimi: pd.DataFrame) -> pd.DataFrame:
+    """The Kimi Linear comparison with the KV per sequence in GB and units in the column names."""
+    shown = kimi.copy()
+    shown["KV per sequence"] = (shown["KV per sequence"] / 1e9).map("{:,.1f} GB".format)
+    return shown.rename(columns={"batch": "batch (sequences)", "devices": "devices (GPUs)"})
+
+
+def lookup(values: dict):
+    """A ``recompute`` for ``claims.evaluate`` that reads the value already computed at each setting:
+    ``lookup({0.5: a, 2.0: b})(name, 0.5) == a``."""
+
+    def recompute(name, setting):
+        return values[setting]
+
+    return recompute
+
+
+# ----------------------------------------------------------------------- sensitivity sweeps
+
+
+def ai_ssd_price(base, v):
+    """The scenario with the AI SSD's price per byte scaled by ``v``."""
+    return decide.tiers_scaled(base, ai_ssd_usd_per_byte=v)
+
+
+def cxl_price(base, v):
+    """The scenario with CXL memory's price per byte scaled by ``v``."""
+    return decide.tiers_scaled(base, cxl_usd_per_byte=v)
+
+
+def nvme_bandwidth(base, v):
+    """The scenario with every NVMe drive reading ``v`` GB/s."""
+    return decide.tiers_scaled(base, nvme_bw_override=v * 1e9)
+
+
+def ai_ssd_gain(base, v):
+    """The scenario with the AI SSD storing ``16 / v`` bits per element (``v``: read-rate gain)."""
+    return decide.tiers_scaled(base, ai_ssd_bits=int(round(16 / v)))
+
+
+def transfer_overhead(base, v):
+    """The scenario with disaggregation's KV transfers ``v`` times slower."""
+    return base.replace(transfer_overhead=float(v))
+
+
+class LinearShare:
+    """Scenario transformation: ``model`` with a share ``v`` of its full-attention layers linear."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, base, v):
+        return base.replace(model=decide.with_linear_share(self.model, v))
+
+
+def sensitivity_sweeps(
+    ref,
+    model,
+    opts,
+    reuse,
+    floor,
+    *,
+    price_factors,
+    nvme_bw_gb_s,
+    ai_ssd_bits_grid,
+    linear_shares,
+    transfer_overheads,
+) -> dict:
+    """The six sensitivity sweeps of the chapter around the reference scenario ``ref``: AI-SSD and
+    CXL price, NVMe bandwidth, AI-SSD read gain (16 / stored bits) and linear-attention share by
+    layout; transfer overhead by deployment mode."""
+    gain = sorted({16 / b for b in ai_ssd_bits_grid})
+    return {
+        "ai": decide.sweep(ref, price_factors, ai_ssd_price, opts, reuse, floor),
+        "cxl": decide.sweep(ref, price_factors, cxl_price, opts, reuse, floor),
+        "bw": decide.sweep(ref, nvme_bw_gb_s, nvme_bandwidth, opts, reuse, floor),
+        "bits": decide.sweep(ref, gain, ai_ssd_gain, opts, reuse, floor),
+        "lin": decide.sweep(ref, linear_shares, LinearShare(model), opts, reuse, floor),
+        "xfer": decide.sweep(ref, transfer_overheads, transfer_overhead, opts, reuse, floor, by="mode"),
+    }
+
+
+SWEEP_FORMATS = {
+    "ai": "× {:g}",
+    "cxl": "× {:g}",
+    "bw": "{:g} GB/s",
+    "bits": "{:g}×",
+    "lin": "{:.0%}",
+    "xfer": "{:g}×",
+}
+SWEEP_GLUE = {
+    "ai": "ch5_sens_ai_text",
+    "cxl": "ch5_sens_cxl_text",
+    "bw": "ch5_sens_bw_text",
+    "bits": "ch5_sens_bits_text",
+    "lin": "ch5_sens_lin_text",
+    "xfer": "ch5_sens_xfer_text",
+}
+
+
+def sweep_rows(sweeps: dict) -> list:
+    """One sentence per sweep (``decide.describe_sweep``) on how the cheapest option moves."""
+    return [
+        (SWEEP_GLUE[k], decide.describe_sweep(sweeps[k], SWEEP_FORMATS[k].format), None) for k in SWEEP_GLUE
+    ]
+
+
+def linear_cost_reduction(sweep_lin: pd.DataFrame) -> float:
+    """1 - cheapest cost at the largest linear share / at the smallest."""
+    best = sweep_lin[sweep_lin["group"] == "best"]["usd_per_mtok"].to_numpy()
+    return 1 - float(best[-1]) / float(best[0])
+
+
+# ----------------------------------------------------------------------- modes, fidelity sources, pricing
+
+
+def mode_rows(cells: pd.DataFrame, every: pd.DataFrame, modes) -> list:
+    """The share of cells each deployment mode wins, how many cells the newly entered modes move
+    and what their best option costs above the cell's cheapest."""
+    won = decide.mode_shares(cells, modes)
+    old = [m for m in modes if m not in decide.NEW_MODES]
+    moved = decide.cells_changed(cells, every, old) if old and len(every) else np.nan
+    prem = {m: decide.mode_premium(every, m) for m in modes if m in decide.NEW_MODES}
+    return [
+        ("ch5_modes", ", ".join(modes), None),
+        ("ch5_mode_shares", "; ".join(f"{m} {v:.0%}" for m, v in won.items()) if len(won) else "none", None),
+        ("ch5_new_modes", ", ".join(m for m in modes if m in decide.NEW_MODES) or "none", None),
+        ("ch5_old_modes", ", ".join(old) or "none", None),
+        ("ch5_new_mode_moved", moved, "{:.0%}" if np.isfinite(moved) else "n/a"),
+        (
+            "ch5_new_mode_premium",
+            "; ".join(f"{m} {v:.0%}" if np.isfinite(v) else f"{m} never admissible" for m, v in prem.items())
+            or "none",
+            None,
+        ),
+    ]
+
+
+def long_runs_text(runs, enabled: bool = True) -> str:
+    """Chapter 4's committed long-context runs that the fidelity source reads."""
+    return "; ".join(
+        f"{r['name']} ({r['model']}, {r['context_tokens']:,.0f} tokens"
+        + (", stale" if r["stale"] else "")
+        + ")"
+        for r in runs
+    ) or ("none committed" if enabled else "switched off by the parameters")
+
+
+ROUTING_TEXT = {
+    "kv_aware": "to the instance holding the longest cached prefix, capped by load",
+    "random": "at random",
+    "round_robin": "round robin",
+    "prefix_affinity": "by a hash of the prompt's first blocks",
+    "ideal": "as if one ideal stack served them all",
+}
+
+OLD_PRICING = "before: ideal routing, sequential bandwidth, free writes"
+NEW_PRICING = "chapter 2's pricing"
+
+
+def pricing_comparison(scenario, old_base, reuse, old_reuse, layouts, policies) -> pd.DataFrame:
+    """Every off-HBM layout, PD, the full cache and each recalling policy at ``scenario`` (prompt and
+    reuse set), priced the old way (``old_base``, ``old_reuse``) and by chapter 2 (``scenario``,
+    ``reuse``): realised hits, recall and write time per step, TPOT, wear and cost."""
+    from . import fidelity, pipeline
+
+    recalling = [p for p in policies if p.needs_cold_tier]
+    old = old_base.replace(input_tokens=scenario.input_tokens, hit_rate=scenario.hit_rate)
+    rows = []
+    for lay in [x for x in layouts if x != "hbm"]:
+        for lab, b, ru in ((OLD_PRICING, old, old_reuse), (NEW_PRICING, scenario, reuse)):
+            for pol in [fidelity.KVPolicy.full()] + recalling:
+                r = pipeline.evaluate(b.replace(layout=lay, mode="PD", policy=pol), ru)
+                rows.append(
+                    {
+                        "layout": lay,
+                        "policy": pol.label,
+                        "pricing": lab,
+                        "realised hit rate": r.realized_hit_rate,
+                        "recall + writes ms / step": r.recall_s_per_step * 1e3,
+                        "TPOT ms": r.tpot_s * 1e3,
+                        "wear USD / M tok": r.cold_write_usd_per_mtok,
+                        "prefix wear USD / M tok": r.prefix_write_usd_per_mtok,
+                        "USD / M tok": r.usd_per_mtok,
+                        "feasible": r.feasible,
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def pricing_rows(priced: pd.DataFrame, layout_names: dict) -> list:
+    """What chapter 2's pricing changes at the reference point (:func:`pricing_comparison`): the
+    realised hits, the recall time against sequential bandwidth, the options that lose the SLOs and
+    the largest wear cost."""
+    from .fidelity import KVPolicy
+
+    full = priced["policy"] == KVPolicy.full().label
+    new = ~priced["pricing"].str.startswith("before")
+    step_new = priced[new].set_index(["layout", "policy"])["recall + writes ms / step"]
+    step_old = priced[~new].set_index(["layout", "policy"])["recall + writes ms / step"]
+    ratio = (step_new / step_old)[step_old > 0]
+    feas = priced.assign(new=new)
+    lost = feas[feas["new"] & ~feas["feasible"]].merge(
+        feas[~feas["new"] & feas["feasible"]], on=["layout", "policy"]
+    )
+    wear = priced[new & (priced["wear USD / M tok"] > 0)]["wear USD / M tok"]
+    return [
+        ("ch5_ref_hit_old", float(priced[~new & full]["realised hit rate"].max()), "{:.1%}"),
+        ("ch5_ref_hit_new", float(priced[new & full]["realised hit rate"].max()), "{:.1%}"),
+        (
+            "ch5_recall_ratio_text",
+            f"from {ratio.min():.2g}× to {ratio.max():.2g}× the sequential-bandwidth recall time per step "
+            f"(over the layouts and the recalling policies)"
+            if len(ratio)
+            else "no recall time to compare (no measured policy recalls)",
+            None,
+        ),
+        (
+            "ch5_pricing_lost_text",
+            (
+                "; ".join(f"{r.policy} on {layout_names[r.layout][0]}" for r in lost.itertuples())
+                + " no longer meet the SLOs"
+            )
+            if len(lost)
+            else "every option that met the SLOs still does",
+            None,
+        ),
+        ("ch5_wear_max", float(wear.max()) if len(wear) else 0.0, "${:.4f}"),
+    ]
+
+
+def fidelity_rows(
+    policies, floor, policies_other, floor_other, moved: pd.DataFrame, cells: pd.DataFrame
+) -> list:
+    """How many policies each fidelity source admits and how many cells switching the source moves
+    (``moved``: ``decide.compare_maps`` of the two maps)."""
+    return [
+        ("ch5_n_policies", len(policies), "{:,} policies"),
+        ("ch5_n_admissible_policies", sum(floor.admits(p) for p in policies), "{:,}"),
+        ("ch5_n_published_policies", sum(p.source == "published" for p in policies), "{:,}"),
+        ("ch5_n_admissible_other", sum(floor_other.admits(p) for p in policies_other), "{:,}"),
+        ("ch5_source_moved_share", len(moved) / len(cells) if len(cells) else np.nan, "{:.0%}"),
+    ]
+
+
+def top_options_table(at_ref: pd.DataFrame, n: int = 10) -> pd.DataFrame:
+    """The ``n`` cheapest options of ``decide.evaluate_options`` with their latencies and fidelity,
+    formatted for the chapter."""
+    top = at_ref.sort_values("usd_per_mtok").head(n)
+    return pd.DataFrame(
+        {
+            "tier layout": top["layout"].map(decide.LAYOUT_LABELS),
+            "KV policy": top["policy"],
+            "mode": top["mode"],
+            "USD / M tokens": top["usd_per_mtok"].map("{:.3f}".format),
+            "TTFT (s)": top["ttft_s"].map("{:.2f}".format),
+            "TPOT (ms)": (top["tpot_s"] * 1e3).map("{:.1f}".format),
+            "meets SLOs": top["meets_slo"],
+            "fidelity source": top["fidelity_source"],
+            "above fidelity floor": top["fidelity_ok"],
+            "hit rate realised (%)": top["realized_hit_rate"].map("{:.0%}".format),
+        }
+    )

@@ -1,0 +1,193 @@
+"""Chapter 5's glue rows, tables and sweeps (analysis.compose.chapter) and its figures by label
+(analysis.compose.figures): each test fails when the term it names is removed."""
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+from analysis.compose import chapter as cc  # noqa: E402
+from analysis.compose import decide, figures  # noqa: E402
+from analysis.compose.fidelity import KVPolicy  # noqa: E402
+from analysis.compose.pipeline import ReuseCurve, Scenario  # noqa: E402
+
+REUSE = ReuseCurve(np.linspace(1e5, 2e7, 200), np.linspace(0.005, 1.0, 200), 10000.0, "synthetic")
+BASE = Scenario(model="Llama-3.1-70B", gpu="H100-SXM5-80GB", input_tokens=16384, output_tokens=1000)
+
+
+def test_pct_and_range_rows():
+    assert cc.pct_row("x", 0.25) == ("x", 0.25, "{:.0%}")
+    assert cc.pct_row("x", math.nan)[2] == "n/a"
+    found = pd.DataFrame({"share": [0.5, 0.2, 0.9]})
+    assert cc.range_row("r", found, "share") == ("r", "20%–90%", None)
+    assert cc.range_row("r", pd.DataFrame({"share": [np.nan, np.nan]}), "share")[1] == "n/a"
+
+
+def test_findings_rows_glue_every_finding_and_its_range():
+    found = pd.DataFrame({k: [0.5, 0.4] for k in cc.FINDINGS})
+    rows = cc.findings_rows(dict.fromkeys(cc.FINDINGS, 0.5), found)
+    names = [r[0] for r in rows]
+    assert len(names) == 2 * len(cc.FINDINGS) and "ch5_top_policy_share_range" in names
+
+
+def test_flip_rows_count_admissible_cells_and_the_most_flipping_range():
+    cells = pd.DataFrame(
+        {
+            "usd_per_mtok": [1.0, 2.0, np.nan],
+            "flips": [True, False, True],
+            "layout_flips": [False, False, True],
+            "flipped_by": ["GPU rent; tier prices", "", "tier prices"],
+        }
+    )
+    g = {n: v for n, v, _ in cc.flip_rows(cells, 2)}
+    assert (
+        g["ch5_flip_share"] == 0.5 and g["ch5_flip_layout_share"] == 0.0
+    )  # the cell with no option is left out
+    assert g["ch5_flip_main"] == "tier prices"
+    none = cells.assign(flips=False)
+    assert {n: v for n, v, _ in cc.flip_rows(none, 2)}["ch5_flip_main"] == "none of them"
+
+
+def test_frontier_summary_joins_the_crossings_per_price():
+    cells = pd.DataFrame(
+        {
+            "ssd_price_factor": 1.0,
+            "context": [4096, 4096, 8192, 8192],
+            "hit_rate": [0.0, 0.6, 0.0, 0.6],
+            "layout": ["hbm", "nvme", "nvme", "nvme"],
+        }
+    )
+    s = cc.frontier_summary(cells)
+    assert len(s) == 1 and s["where"].iloc[0].count(";") == 1  # two crossings of one frontier, joined
+    assert cc.frontier_summary(cells.assign(layout="hbm"))["frontier"].iloc[0].startswith("none")
+
+
+def test_lookup_reads_the_value_at_each_setting():
+    f = cc.lookup({0.5: 1.0, 2.0: 3.0})
+    assert f("any", 2.0) == 3.0
+    with pytest.raises(KeyError):
+        f("any", 1.0)
+
+
+def test_interactive_maps_keep_only_the_interactive_prices():
+    cells = pd.DataFrame({"ssd_price_factor": [1.0, 4.0], "flips": [False, True], "option": ["a", "b"]})
+    every = pd.DataFrame({"ssd_price_factor": [1.0, 4.0, 4.0]})
+    ic, ie = cc.interactive_maps(
+        cells,
+        every,
+        [1.0, 2.0],
+        pd.DataFrame({"ssd_price_factor": [2.0], "option": ["c"]}),
+        pd.DataFrame({"ssd_price_factor": [2.0]}),
+    )
+    assert (
+        list(ic["option"]) == ["a", "c"] and "flips" not in ic and list(ie["ssd_price_factor"]) == [1.0, 2.0]
+    )
+
+
+def test_kimi_display_in_gigabytes():
+    k = pd.DataFrame({"KV per sequence": [2.5e9], "batch": [4], "devices": [8]})
+    d = cc.kimi_display(k)
+    assert d["KV per sequence"].iloc[0] == "2.5 GB" and "batch (sequences)" in d
+
+
+def test_scenario_transformations_change_what_they_name():
+    assert cc.ai_ssd_gain(BASE, 4.0).tiers.ai_ssd_bits == 4
+    assert cc.transfer_overhead(BASE, 8).transfer_overhead == 8.0
+    assert cc.nvme_bandwidth(BASE, 3.5) != BASE
+    lin = cc.LinearShare("Llama-3.1-70B")(BASE, 0.75)
+    assert lin.model != BASE.model
+
+
+def test_sensitivity_sweeps_and_sentences():
+    opts = decide.options(["hbm", "nvme"], [KVPolicy.full()], ["C", "PD"])
+    sw = cc.sensitivity_sweeps(
+        BASE.replace(hit_rate=0.6),
+        "Llama-3.1-70B",
+        opts,
+        REUSE,
+        decide.FidelityFloor(),
+        price_factors=[0.5, 2.0],
+        nvme_bw_gb_s=[3.5],
+        ai_ssd_bits_grid=[16, 4],
+        linear_shares=[0.0, 0.75],
+        transfer_overheads=[1.0],
+    )
+    assert set(sw) == set(cc.SWEEP_GLUE)
+    assert sorted(sw["bits"]["value"].unique()) == [1.0, 4.0]  # read gain 16 / bits
+    assert set(sw["xfer"]["group"]) - {"best"} == {"C", "PD"}  # the transfer sweep is by mode
+    rows = cc.sweep_rows(sw)
+    assert [r[0] for r in rows] == list(cc.SWEEP_GLUE.values()) and all("nan" not in r[1] for r in rows)
+    assert 0 < cc.linear_cost_reduction(sw["lin"]) < 1  # a smaller cache serves cheaper
+    import matplotlib.pyplot as plt
+
+    for f in (
+        figures.fig_sens_devices(sw, decide.LAYOUT_LABELS),
+        figures.fig_sens_arch_disagg(sw, decide.LAYOUT_LABELS),
+    ):
+        assert isinstance(f, matplotlib.figure.Figure)
+    plt.close("all")
+
+
+def _priced():
+    full = KVPolicy.full().label
+    rows = []
+    for pricing, hit, step, feasible in ((cc.OLD_PRICING, 0.6, 1.0, True), (cc.NEW_PRICING, 0.4, 3.0, False)):
+        for pol, s in ((full, 0.0), ("QEvict", step)):
+            rows.append(
+                {
+                    "layout": "nvme",
+                    "policy": pol,
+                    "pricing": pricing,
+                    "realised hit rate": hit,
+                    "recall + writes ms / step": s,
+                    "wear USD / M tok": 0.01 if pol != full else 0.0,
+                    "feasible": feasible or pol == full,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_pricing_rows_compare_the_two_pricings():
+    g = {n: v for n, v, _ in cc.pricing_rows(_priced(), {"nvme": ("NVMe SSD",)})}
+    assert g["ch5_ref_hit_old"] == 0.6 and g["ch5_ref_hit_new"] == 0.4
+    assert g["ch5_recall_ratio_text"].startswith("from 3× to 3×")  # the full cache recalls nothing: left out
+    assert g["ch5_pricing_lost_text"] == "QEvict on NVMe SSD no longer meet the SLOs"
+    assert g["ch5_wear_max"] == 0.01
+
+
+def test_fidelity_rows_long_runs_and_top_options():
+    from types import SimpleNamespace
+
+    pols = [SimpleNamespace(source="published", ok=True), SimpleNamespace(source="chapter 4", ok=False)]
+    floor = SimpleNamespace(admits=lambda p: p.ok)
+    g = {
+        n: v
+        for n, v, _ in cc.fidelity_rows(
+            pols, floor, pols[:1], floor, pd.DataFrame({"x": [1]}), pd.DataFrame({"x": [1, 2, 3, 4]})
+        )
+    }
+    assert (g["ch5_n_policies"], g["ch5_n_admissible_policies"], g["ch5_n_published_policies"]) == (2, 1, 1)
+    assert g["ch5_n_admissible_other"] == 1 and g["ch5_source_moved_share"] == 0.25
+    runs = [{"name": "r", "model": "m", "context_tokens": 8192.0, "stale": True}]
+    assert cc.long_runs_text(runs) == "r (m, 8,192 tokens, stale)"
+    assert cc.long_runs_text([], enabled=False) == "switched off by the parameters"
+    at = pd.DataFrame(
+        {
+            "layout": ["nvme", "hbm"],
+            "policy": "full",
+            "mode": "C",
+            "usd_per_mtok": [2.0, 1.0],
+            "ttft_s": 1.0,
+            "tpot_s": 0.05,
+            "meets_slo": True,
+            "fidelity_source": "-",
+            "fidelity_ok": True,
+            "realized_hit_rate": 0.5,
+        }
+    )
+    t = cc.top_options_table(at, n=1)
+    assert len(t) == 1 and t["USD / M tokens"].iloc[0] == "1.000" and t["TPOT (ms)"].iloc[0] == "50.0"
