@@ -1,6 +1,7 @@
 """On-disk cache of expensive results, keyed by a content hash of their inputs.
 
-``cached(namespace, inputs, compute)`` returns ``compute()`` and stores it under
+``cached(namespace, inputs, compute)`` (or ``cached(namespace, fn, **kwargs)`` for ``fn(**kwargs)``)
+returns ``compute()`` and stores it under
 ``$KVBOOK_CACHE`` (default ``.cache/`` in the checkout) in a file named by the sha256 of
 ``namespace``, the JSON-canonical ``inputs`` and, by default, the code it runs: the source of the
 modules of ``analysis`` that ``compute`` depends on (the module defining it and every module it
@@ -81,8 +82,18 @@ def key(namespace: str, inputs, *, code=True, compute=None) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
-def cached(namespace: str, inputs, compute, *, code=True, enabled: bool | None = None):
-    """Return ``compute()``, memoised on disk under the hash of ``(namespace, inputs, code)``."""
+def cached(namespace: str, inputs, compute=None, *, code=True, enabled: bool | None = None, **kwargs):
+    """Return ``compute()``, memoised on disk under the hash of ``(namespace, inputs, code)``.
+
+    Second form, ``cached(namespace, fn, **kwargs)``: return ``fn(**kwargs)``, keyed by ``fn``'s name
+    and ``kwargs`` (JSON-like, numpy and dataclasses included), so a chapter caches a package function
+    without writing a lambda."""
+    if callable(inputs) and compute is None:
+        fn = inputs
+        inputs = {"fn": f"{fn.__module__}.{fn.__qualname__}", "kwargs": kwargs}
+        compute = functools.partial(fn, **kwargs)
+    elif compute is None or kwargs:
+        raise TypeError("cached(namespace, inputs, compute) or cached(namespace, fn, **kwargs)")
     if enabled is None:
         enabled = not os.environ.get("KVBOOK_NO_CACHE")
     if not enabled:

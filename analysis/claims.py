@@ -27,8 +27,9 @@ and high end, and why). :func:`evaluate` recomputes the value at each end throug
 chapter passes (``recompute(name, value) -> computed``) and labels the verdict *robust* (the same at
 every end) or *fragile* (naming the assumption and the value that flips it).
 
-:func:`holm` and :func:`budget_rule` implement the multiple-comparison rule declared for chapter 4's
-three-tier claim.
+A statistical rule is evaluated the same way: the chapter computes the rule's statistic with the
+code its rule names (chapter 4's Holm-corrected tests: :func:`analysis.qevict.metrics.qevict_rule`,
+through :mod:`analysis.qevict.verdicts`) and :func:`evaluate` compares it with the declared threshold.
 """
 from __future__ import annotations
 
@@ -37,7 +38,6 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-import numpy as np
 import yaml
 
 from . import data
@@ -381,79 +381,3 @@ def frame(verdicts, fmt: Mapping | None = None):
         rows.append({"claim": c["claim"], "this book computes": comp,
                      "rule (declared in data/claims.yaml)": v.rule, "verdict": v.label})
     return pd.DataFrame(rows)
-
-
-# ---------------------------------------------------------------------------------------------------
-# Multiple comparisons (chapter 4's declared rule)
-
-def holm(pvalues, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
-    """Holm's step-down procedure: (reject mask, Holm-adjusted p-values), in the input order.
-
-    Controls the family-wise error rate at ``alpha`` over all comparisons; NaN p-values are never
-    rejected and do not count towards the family size."""
-    p = np.asarray(pvalues, float)
-    ok = np.isfinite(p)
-    m = int(ok.sum())
-    adj = np.full(p.shape, np.nan)
-    if m == 0:
-        return np.zeros(p.shape, bool), adj
-    idx = np.flatnonzero(ok)[np.argsort(p[ok], kind="stable")]
-    running = 0.0
-    for i, j in enumerate(idx):
-        running = max(running, min(1.0, (m - i) * p[j]))
-        adj[j] = running
-    return np.nan_to_num(adj, nan=2.0) <= alpha, adj
-
-
-def sign_flip_p(diffs, n_perm: int = 20000, seed: int = 0) -> float:
-    """Two-sided p-value of a paired sign-flip (permutation) test that the mean difference is 0.
-
-    Exact (all 2^n sign patterns) for up to 16 differences, else Monte Carlo with ``n_perm`` seeded draws."""
-    d = np.asarray(diffs, float)
-    d = d[np.isfinite(d)]
-    n = d.size
-    if n == 0:
-        return float("nan")
-    obs = abs(d.mean())
-    if n <= 16:
-        signs = 1 - 2 * ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1)
-    else:
-        signs = np.random.default_rng(seed).choice([-1.0, 1.0], size=(n_perm, n))
-    means = np.abs((signs * d).mean(1))
-    return float(np.mean(means >= obs - 1e-12 * max(1.0, obs)))
-
-
-def holm_compare(diffs: Mapping, lower_is_better: bool = True, alpha: float = 0.05, seed: int = 0):
-    """Holm-corrected paired comparisons: ``diffs`` maps (baseline, budget) -> per-document differences
-    (policy - baseline). Returns a DataFrame with the mean difference, p-value, Holm-adjusted p-value
-    and outcome 'better' / 'worse' / 'no clear difference' (significant at family-wise ``alpha``)."""
-    import pandas as pd
-
-    keys = list(diffs)
-    p = np.array([sign_flip_p(diffs[k], seed=seed) for k in keys])
-    rej, adj = holm(p, alpha)
-    rows = []
-    for k, pv, a, r in zip(keys, p, adj, rej):
-        d = np.asarray(diffs[k], float)
-        d = d[np.isfinite(d)]
-        m = float(d.mean()) if d.size else float("nan")
-        good = m < 0 if lower_is_better else m > 0
-        outcome = ("better" if good else "worse") if r else "no clear difference"
-        rows.append({"baseline": k[0], "budget": k[1], "diff": m, "n": int(d.size), "p": pv, "p_holm": a,
-                     "outcome": outcome})
-    return pd.DataFrame(rows)
-
-
-def budget_pass_fraction(outcomes) -> float:
-    """Share of budgets at which the policy is significantly better than at least one baseline and
-    significantly worse than none (outcomes of :func:`holm_compare`); NaN without comparisons."""
-    if outcomes is None or len(outcomes) == 0:
-        return float("nan")
-    per = outcomes.groupby("budget")["outcome"].agg(
-        lambda s: (s == "better").any() and not (s == "worse").any())
-    return float(per.mean())
-
-
-def budget_rule(outcomes, claim_id: str = "ch4_qevict_three_tiers", path=None, **kw) -> Verdict:
-    """Chapter 4's declared rule applied to :func:`holm_compare` outcomes (see data/claims.yaml)."""
-    return evaluate(claim_id, budget_pass_fraction(outcomes), path=path, **kw)

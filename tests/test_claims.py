@@ -2,7 +2,6 @@
 import math
 
 import numpy as np
-import pandas as pd
 import pytest
 import yaml
 
@@ -155,51 +154,6 @@ def test_the_book_table_is_complete():
         "mooncake_conversation", "mooncake_toolagent", "mooncake_synthetic"}
 
 
-def test_holm_step_down():
-    p = [0.01, 0.04, 0.03, 0.005]
-    rej, adj = claims.holm(p, 0.05)
-    # sorted 0.005, 0.01, 0.03, 0.04 -> x4, x3, x2, x1 = 0.02, 0.03, 0.06, 0.06 (monotone)
-    assert adj == pytest.approx([0.03, 0.06, 0.06, 0.02])
-    assert rej.tolist() == [True, False, False, True]
-    # Holm is never less strict than uncorrected and never stricter than Bonferroni
-    rng = np.random.default_rng(1)
-    for _ in range(50):
-        q = rng.uniform(0, 0.2, 7)
-        r, _ = claims.holm(q, 0.05)
-        assert np.all(r <= (q <= 0.05)) and np.all(r >= (q * 7 <= 0.05))
-    r, a = claims.holm([np.nan, 0.001], 0.05)
-    assert r.tolist() == [False, True] and np.isnan(a[0])
-
-
-def test_sign_flip_p_exact():
-    assert claims.sign_flip_p([1.0, 1.0, 1.0]) == pytest.approx(2 / 8)
-    assert claims.sign_flip_p([1.0, -1.0]) == pytest.approx(1.0)
-    assert math.isnan(claims.sign_flip_p([]))
-
-
-def test_budget_rule_counts_budgets_not_pairs(table, tmp_path):
-    rules = dict(RULES)
-    rules["q"] = {"claim": "beats baselines", "source": "t", "quantity": "share", "comparison": "at_least",
-                  "reference": {"value": 0.75, "partial_value": 0.5}, "tolerance": 0.0, "why": "t"}
-    p = tmp_path / "q.yaml"
-    p.write_text(yaml.safe_dump({"claims": rules}))
-    claims._load.cache_clear()
-    better = list(-1.0 - 0.1 * np.arange(10))  # 10 documents: exact p = 2/1024
-    worse = [-x for x in better]
-    none = [1.0, -1.0] * 5
-    diffs = {(b, f): better for b in ("h2o", "kivi") for f in (0.1, 0.2, 0.35)}
-    diffs.update({("h2o", 0.5): better, ("kivi", 0.5): worse})
-    out = claims.holm_compare(diffs)
-    assert set(out.outcome) == {"better", "worse"}
-    assert claims.budget_pass_fraction(out) == pytest.approx(0.75)
-    assert claims.budget_rule(out, "q", path=p).verdict == claims.REPRODUCED
-    diffs.update({("kivi", 0.35): worse})
-    assert claims.budget_rule(claims.holm_compare(diffs), "q", path=p).verdict == claims.PARTLY
-    only_none = {(b, f): none for b in ("h2o",) for f in (0.1, 0.2)}
-    assert claims.budget_rule(claims.holm_compare(only_none), "q", path=p).verdict == claims.NOT_REPRODUCED
-    assert claims.budget_rule(pd.DataFrame(), "q", path=p).verdict == claims.NOT_TESTABLE
-
-
 def test_an_end_that_cannot_be_recomputed_is_not_a_flip(table):
     v = ev("two", 100, table, recompute=lambda name, val: float("nan") if val == 0.5 else 100.0)
     assert v.flips == [] and v.robustness == "robust to eff; not assessed at eff = 0.5"
@@ -234,3 +188,38 @@ def test_a_range_is_two_components_with_their_own_comparison(tmp_path):
 def test_no_end_recomputable_says_not_assessed(table):
     v = ev("two", 100, table, recompute=lambda name, val: None)
     assert v.robustness.startswith("robustness not assessed") and v.verdict == claims.REPRODUCED
+
+
+def test_chapter3_rules_at_their_boundaries():
+    """Chapter 3's verdicts come from its rules in data/claims.yaml (the former disagg/verdicts.py
+    thresholds restated there): each boundary, judged by claims.evaluate alone."""
+    claims._load.cache_clear()
+
+    def v(cid, x):
+        return claims.evaluate(cid, x).verdict
+
+    pub = data.published("heteropanacea_pd_gain")["value"]  # claim (a): at least, 10%, partly at 50%
+    assert v("ch3_pd_gain", pub * 0.91) == claims.REPRODUCED and v("ch3_pd_gain", pub * 0.89) == claims.PARTLY
+    assert v("ch3_pd_gain", pub * 0.51) == claims.PARTLY
+    assert v("ch3_pd_gain", pub * 0.49) == claims.NOT_REPRODUCED
+    order = ["PDAF", "PD", "AF", "3-way"]  # claim (b): PDAF first, partly second
+    for i, want in enumerate([claims.REPRODUCED, claims.PARTLY, claims.NOT_REPRODUCED]):
+        ranking = order[1:i + 1] + ["PDAF"] + order[i + 1:]
+        assert v("ch3_pdaf_consistent", {m: -k for k, m in enumerate(ranking)}) == want, ranking
+    assert v("ch3_pdaf_consistent", None) == claims.NOT_TESTABLE
+    assert v("ch3_attention_heavy", 0.5) == claims.REPRODUCED  # claim (c): 0.5, partly 0.3
+    assert v("ch3_attention_heavy", 0.3) == claims.PARTLY
+    assert v("ch3_attention_heavy", 0.29) == claims.NOT_REPRODUCED
+    assert v("ch3_attention_heavy", float("nan")) == claims.NOT_TESTABLE
+    s3 = data.published("stepfun_step3_afd_tps_per_gpu")["value"]  # validation cells: within 25%
+    assert v("ch3_val_step3_afd", s3 * 1.24) == claims.REPRODUCED
+    assert v("ch3_val_step3_afd", s3 * 1.26) == claims.NOT_REPRODUCED
+    assert v("ch3_val_step3_order", {"AFD": 2.0, "D": 1.0}) == claims.REPRODUCED
+    assert v("ch3_val_step3_order", {"AFD": 1.0, "D": 2.0}) == claims.NOT_REPRODUCED
+    lo, hi = (data.published(f"distserve_chatbot_goodput_gain_{k}")["value"] for k in ("low", "high"))
+
+    def ds(x):
+        return v("ch3_val_distserve", {"above the low end": x, "below the high end": x})
+    # the published range widened by 25% on each side
+    assert ds(lo * 0.76) == ds(hi * 1.24) == ds((lo + hi) / 2) == claims.REPRODUCED
+    assert ds(lo * 0.74) == ds(hi * 1.26) == claims.NOT_REPRODUCED

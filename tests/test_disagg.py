@@ -145,3 +145,67 @@ def test_npu_design_points_load_and_cover_paper_ranges():
     n = [devices.device(x) for x in devices.npu_names()]
     assert min(d["flops"] for d in n) == 25e12 and max(d["flops"] for d in n) == 20000e12
     assert min(d["cap"] for d in n) == 16e9 and max(d["bw"] for d in n) == 8e12
+
+
+def test_repricing_equals_pricing_from_scratch():
+    """Claim (b) under several price models re-prices one set of candidates: with the listed prices it
+    equals the ordinary per-dollar search; a price model changes dollars only."""
+    from analysis.disagg import devices, study
+    from analysis.disagg import search as S
+
+    pts = ["NPU-250T-64G", "NPU-5000T-16G"]
+    hw = S.default_hardware(pts)
+    g = S.Grid(sizes=(1, 2, 4), tps=(1, 2), batches=(16, 64), chunks=(2048,), prefill_batches=(1, 4),
+               utilisations=(0.7,), microbatches=(1, 2))
+    wl, slo = S.Workload(4000, 200), S.SLO(5.0, 0.1)
+    kw = dict(budget=16, precision="bf16", objective="dollar", grid=g, enforce_context=False)
+    plain = study.run_cell("Qwen3-30B-A3B", "x", hw, wl, slo, **kw)
+    linear = {k: v for k, v in devices.npu_prices("linear").items() if k in pts}
+    power = {k: v for k, v in devices.npu_prices("power-law").items() if k in pts}
+    rep = study.run_cell("Qwen3-30B-A3B", "x", hw, wl, slo, price_models={"x": linear, "y": power}, **kw)
+    for a, b in zip(plain, rep[:5]):
+        assert a["mode"] == b["mode"]
+        assert a["tps_kusd"] == pytest.approx(b["tps_kusd"], rel=1e-12, nan_ok=True)
+    c = S.unit_candidates("P", "P", "Qwen3-30B-A3B", wl, hw, prec=S.Precision(), eff=S.Efficiency(), grid=g,
+                          budget=16)
+    r = S.reprice(c, {k: 2 * v for k, v in linear.items()})
+    assert np.allclose(r["usd_per_rate"], 2 * c["usd_per_rate"]) and r["rate"] is c["rate"]
+    assert set(devices.npu_prices("gpu-fit")) == set(devices.npu_names())
+
+
+def test_production_cell_returns_the_best_configuration_meeting_the_slo():
+    from analysis.disagg import production as P
+    from analysis.disagg import search as S
+
+    g = S.Grid(sizes=(1, 2, 4, 8), tps=(1, 2), batches=(16, 64, 256), microbatches=(1, 2), overlaps=(1,))
+    r = P.decode_throughput("Qwen3-30B-A3B", "H100-SXM5-80GB", "D", tpot_slo_s=0.03, budget=8, grid=g)
+    c = S.role_candidates("D", "Qwen3-30B-A3B", S.Workload(4096 - 512, 1024), "H100-SXM5-80GB",
+                          prec=S.Precision.named("fp8"), eff=S.Efficiency(), grid=g, budget=8)
+    ok = c["feasible"] & (c["tpot"] <= 0.03)
+    best = np.max((c["batch"] / (c["tpot"] * c["devices"]))[ok])
+    assert r["tokens_per_s_per_device"] == pytest.approx(best)
+    assert r["tpot_s"] <= 0.03
+    none = P.decode_throughput("Qwen3-30B-A3B", "H100-SXM5-80GB", "AFD", tpot_slo_s=1e-6, budget=8, grid=g)
+    assert np.isnan(none["tokens_per_s_per_device"])
+    with pytest.raises(S.SearchError):
+        P.decode_throughput("Qwen3-30B-A3B", "H100-SXM5-80GB", "PD")
+
+
+def test_production_sensitivity_rows_move_the_right_way():
+    """The sensitivity of the StepFun cells: its first row is the cell as modelled; removing the
+    overlap choice, slower links and a hotter expert device never raise a throughput; a larger
+    memory reserve never raises one either."""
+    from analysis.disagg import production as P
+    from analysis.disagg import study
+
+    t = study.production_sensitivity("H800-SXM5-80GB", 64).set_index("change")
+    base = t.loc["as modelled"]
+    assert base["DeepSeek-V3 D"] == pytest.approx(
+        P.decode_throughput("DeepSeek-V3", "H800-SXM5-80GB", "D", budget=64)["tokens_per_s_per_device"])
+    cols = ["Step-3 AFD", "DeepSeek-V3 D", "Step-3 D"]
+    for worse in ["no two-micro-batch overlap", "links at 50% of peak", "MoE load imbalance 1.5",
+                  "memory reserve 30%", "all-to-all over the NICs only"]:
+        assert (t.loc[worse, cols] <= base[cols] * (1 + 1e-12)).all(), worse
+    assert (t.loc["links at 35% of peak", cols] <= t.loc["links at 50% of peak", cols] * (1 + 1e-12)).all()
+    assert (t.loc["memory reserve 50%", cols] <= t.loc["memory reserve 30%", cols] * (1 + 1e-12)).all()
+    assert t["AFD above D"].dtype == bool

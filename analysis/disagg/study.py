@@ -15,6 +15,8 @@ from . import devices
 from . import search as S
 from . import validate as V
 
+DISAGG_MODES = ("PD", "AF", "3-way", "PDAF")
+
 PAPER_MODELS = ["Llama-3.1-405B", "Qwen3-235B-A22B", "GLM-4.6", "DeepSeek-V3", "Llama-4-Scout",
                 "Llama-4-Maverick", "gpt-oss-120b"]
 # the paper's DeepSeek V4 Pro/Flash have no public configuration in data/models.csv; DeepSeek-V3
@@ -283,11 +285,11 @@ def production_cells(device="H800-SXM5-80GB", budget=256,
     """The validation cells against StepFun's Step-3 report (see :mod:`.production`): simulated
     decode tokens/s per GPU of Step-3 with AFD and with plain EP decode, and of DeepSeek-V3 with EP
     decode, next to the published figures. With ``eff_calibrated`` each cell is computed with the
-    stated default efficiencies (``raw``) and the calibrated ones side by side; the error and the
-    verdict use the calibrated figure (the raw one otherwise)."""
+    stated default efficiencies (``raw``) and the calibrated ones side by side; the error uses the
+    calibrated figure (the raw one otherwise). The verdicts are :func:`analysis.claims.evaluate`'s
+    (:func:`.chapter.production_verdicts`)."""
     from .. import data
     from . import production as P
-    from . import verdicts as VD
 
     rows = []
     for model, mode, key in [("Step-3", "AFD", "stepfun_step3_afd_tps_per_gpu"),
@@ -300,7 +302,6 @@ def production_cells(device="H800-SXM5-80GB", budget=256,
         sim = r["tokens_per_s_per_device"]
         rows.append({"model": model, "mode": mode, "raw": raw["tokens_per_s_per_device"], "simulated": sim,
                      "published": pub, "error": sim / pub - 1 if key else float("nan"),
-                     "verdict": VD.verdict_validation(sim, pub) if key else "",
                      "tpot_ms": r["tpot_s"] * 1e3, "config": json.dumps(r["config"], default=float),
                      "grid_edge": r.get("grid_edge", False)})
     return pd.DataFrame(rows)
@@ -385,25 +386,23 @@ def claim_inputs(sweep: pd.DataFrame, gpus, output_tokens, precision, modes=None
     gain over colocated among the GPU cells, the NPU set's consistency ranking of the disaggregated
     modes, and the median within-ratio Spearman correlation of the best disaggregated speedup with the
     attention share (first GPU)."""
-    from . import verdicts as VD
-
-    modes = list(modes or VD.DISAGG_MODES)
+    modes = list(modes or DISAGG_MODES)
     gs = sweep[sweep["hardware"].isin(gpus)]
     pdg = gs[(gs["mode"] == "PD") & np.isfinite(gs["speedup"])]
     pd_gain = float(pdg["speedup"].max() - 1) if len(pdg) else float("nan")
     ns = sweep[sweep["hardware"] == NPU_SET]
-    ranking = VD.rank_modes(VD.consistency(ns, modes)) if len(ns) else []
+    ranking = rank_modes(consistency(ns, modes)) if len(ns) else []
     g0 = sweep[sweep["hardware"] == gpus[0]]
-    bd = VD.best_disagg(g0, ["model", "ratio"]).reset_index()
+    bd = best_disagg(g0, ["model", "ratio"]).reset_index()
     bd["attention_share"] = [attention_share(m, max(1.0, round(r * output_tokens)), output_tokens, gpus[0],
                                              precision) for m, r in zip(bd["model"], bd["ratio"])]
-    return {"pd_gain": pd_gain, "ranking": ranking, "rho_sweep": float(VD.within_ratio_rho(bd).median())}
+    return {"pd_gain": pd_gain, "ranking": ranking, "rho_sweep": float(within_ratio_rho(bd).median())}
 
 
 def gain_cells(eff_calibrated: Efficiency | None = None, *,
                megascale_budget=64, distserve_budget=8, n_requests=600) -> pd.DataFrame:
     """The validation cells that publish a gain rather than a throughput, raw (stated efficiencies) and
-    calibrated side by side, the verdict on the calibrated figure:
+    calibrated side by side (the verdict judges the calibrated figure):
 
     * MegaScale-Infer (arXiv 2504.02263): best decode tokens/s per GPU with attention/FFN
       disaggregation over plain expert-parallel decode (:func:`.production.decode_throughput`, modes
@@ -413,10 +412,12 @@ def gain_cells(eff_calibrated: Efficiency | None = None, *,
       each against the published maximum over the two models;
     * DistServe (arXiv 2401.09670): goodput per GPU of PD over vLLM-style colocated serving, OPT-13B
       chatbot on A100 at its SLOs (:func:`.production.distserve_gain`); the published figure is a
-      range over three models, judged by :func:`.verdicts.verdict_range`."""
+      range over three models.
+
+    The verdicts are :func:`analysis.claims.evaluate`'s under the rules of ``data/claims.yaml``
+    (:func:`.chapter.gain_verdicts`)."""
     from .. import claims, data
     from . import production as P
-    from . import verdicts as VD
 
     effs = {"raw": Efficiency(), "simulated": eff_calibrated or Efficiency()}
     rows = []
@@ -444,7 +445,6 @@ def gain_cells(eff_calibrated: Efficiency | None = None, *,
         row["tbt_low"] = gain(effs["simulated"], float(tbt["low"]))[0]
         row["tbt_high"] = gain(effs["simulated"], float(tbt["high"]))[0]
         row["error"] = row["simulated"] / ms_pub - 1
-        row["verdict"] = VD.verdict_validation(row["simulated"], ms_pub)
         rows.append(row)
     lo, hi = (data.published(f"distserve_chatbot_goodput_gain_{k}")["value"] for k in ("low", "high"))
     row = {"cell": "DistServe: PD goodput over vLLM", "model": "OPT-13B", "device": "A100-SXM4-80GB",
@@ -458,7 +458,6 @@ def gain_cells(eff_calibrated: Efficiency | None = None, *,
                              f"{r['PD']['instances']} vs vLLM {r['vLLM']['rate_per_device']:.2f}")
     row["error"] = (row["simulated"] / lo - 1 if row["simulated"] < lo else
                     row["simulated"] / hi - 1 if row["simulated"] > hi else 0.0)
-    row["verdict"] = VD.verdict_range(row["simulated"], lo, hi)
     rows.append(row)
     return pd.DataFrame(rows)
 
@@ -523,3 +522,52 @@ def reranked_best(tail: pd.DataFrame) -> pd.DataFrame:
     df["screen_speedup"] = df["screen"] / df.loc["C", "screen"] if "C" in df.index else np.nan
     df["simulated_speedup"] = df["simulated"] / df.loc["C", "simulated"] if "C" in df.index else np.nan
     return df
+
+
+# ---------------------------------------------------------------------------------------------------
+# Summaries of the sweep that the claims rank and correlate with (the verdicts are analysis.claims's)
+
+def best_disagg(df: pd.DataFrame, keys) -> pd.Series:
+    """Best speedup over colocated among the disaggregated modes, per group of ``keys``."""
+    d = df[df["mode"] != "C"].dropna(subset=["speedup"])
+    return d.groupby(keys)["speedup"].max().rename("best_disagg")
+
+
+def spearman(x, y) -> float:
+    """Spearman rank correlation; NaN with fewer than three points or a constant input."""
+    from scipy.stats import spearmanr
+
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return float("nan")
+    return float(spearmanr(x, y).statistic)
+
+
+def axis_rho(ab: pd.DataFrame, axis: str) -> float:
+    """Rank correlation of the best disaggregated speedup with the varied value of one ablation axis."""
+    d = ab[ab["axis"] == axis]
+    return spearman(d["value"], d["best_disagg"]) if d["value"].nunique() > 2 else float("nan")
+
+
+def consistency(ns: pd.DataFrame, modes=DISAGG_MODES) -> pd.DataFrame:
+    """Per disaggregated mode over the NPU cells: share of cells above colocated, median, min, max."""
+    nd = ns[(ns["mode"] != "C") & np.isfinite(ns["speedup"])]
+    return nd.groupby("mode")["speedup"].agg(win_share=_win_share, median="median",
+                                             minimum="min", maximum="max", cells="size").reindex(list(modes))
+
+
+def _win_share(s: pd.Series) -> float:
+    """Share of a mode's cells with a speedup above 1."""
+    return float((s > 1).mean())
+
+
+def rank_modes(consist: pd.DataFrame) -> list:
+    """Modes from most to least consistent (share of wins, then the worst cell)."""
+    return list(consist.sort_values(["win_share", "minimum"], ascending=False).index)
+
+
+def within_ratio_rho(df: pd.DataFrame, x: str = "attention_share", y: str = "best_disagg") -> pd.Series:
+    """Spearman correlation of ``x`` and ``y`` within each input/output ratio (the attention share and
+    the speedup both grow with the prompt, so a correlation across ratios mostly restates that)."""
+    return pd.Series({r: spearman(d[x], d[y]) for r, d in df.groupby("ratio")}, name="rho",
+                     dtype=float).rename_axis("ratio")
