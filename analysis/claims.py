@@ -38,9 +38,10 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+import pandas as pd
 import yaml
 
-from . import data
+from . import data, report
 
 CLAIMS_FILE = data.DATA_DIR / "claims.yaml"
 
@@ -347,10 +348,8 @@ def evaluate(claim_id: str, computed, setting: Mapping | None = None,
 
 def glue_verdict(name: str, v: Verdict) -> str:
     """Glue ``name`` (verdict with robustness label) and ``name_rule`` (the rule in words)."""
-    from .report import glue
-
-    glue(name + "_rule", v.rule)
-    return glue(name, v.label)
+    report.glue(name + "_rule", v.rule)
+    return report.glue(name, v.label)
 
 
 def counts(verdicts) -> dict:
@@ -368,8 +367,6 @@ def counts_text(verdicts) -> str:
 
 def frame(verdicts, fmt: Mapping | None = None):
     """A table for readers: claim, reference, computed, rule, verdict (no index column)."""
-    import pandas as pd
-
     rows = []
     for v in verdicts:
         c = rule(v.claim_id)

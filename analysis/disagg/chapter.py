@@ -15,10 +15,11 @@ import time
 import numpy as np
 import pandas as pd
 
-from .. import claims, data
+from .. import claims, data, report
 from .. import forward as costs
 from . import devices, study
 from . import search as S
+from .validate import summary
 
 INT = "{:,.0f}"      # counts
 SIGNED = "{:+.2f}"   # correlations
@@ -42,15 +43,13 @@ PRICE_SETS = {**{m: study.PRICE_SET_NAMES[m] for m in devices.PRICE_MODELS},
 def glue_all(values: dict) -> None:
     """Glue every value of a ``*_values`` dict: a :class:`analysis.claims.Verdict` with its rule
     (:func:`analysis.claims.glue_verdict`), a ``(value, format)`` pair, or a text."""
-    from ..report import glue
-
     for name, v in values.items():
         if isinstance(v, claims.Verdict):
             claims.glue_verdict(name, v)
         elif isinstance(v, tuple):
-            glue(name, *v)
+            report.glue(name, *v)
         else:
-            glue(name, v)
+            report.glue(name, v)
 
 
 class Clock:
@@ -130,8 +129,6 @@ def held_out(val) -> pd.DataFrame:
 def validation_values(val) -> dict:
     """Counts of the measured runs, the held-out and training errors against the targets, and the
     sensitivity that assumes one worker per stage for PD runs without worker counts."""
-    from .validate import summary
-
     rows, pred = val["rows"], val["pred"]
     ok = _predictable(val)
     out = {"ch3_val_rows": (len(rows), INT), "ch3_val_predictable": (int(ok.sum()), INT),
@@ -168,8 +165,6 @@ _ERR_COLUMNS = {"ttft_median": "TTFT median |error| (%)", "ttft_p90": "TTFT p90 
 
 def validation_error_table(val):
     """Held-out errors by mode, system, backend and model."""
-    from .validate import summary
-
     test = held_out(val)
     by = pd.concat({"by mode": summary(test, "mode"), "by system": summary(test, "system"),
                     "by backend": summary(test, "backend"), "by model": summary(test, "model")})

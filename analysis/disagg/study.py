@@ -4,14 +4,20 @@ the Mooncake-trace workload and the validation against measured runs."""
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
+from scipy.stats import spearmanr
 
+from .. import claims, data, specs
 from .. import forward as costs
-from .. import specs
 from ..forward import Efficiency, Precision
-from . import devices
+from ..traces import load_trace
+from . import des, devices
+from . import production as P
 from . import search as S
 from . import validate as V
 
@@ -171,9 +177,6 @@ def parallel_map(fn, items, jobs):
     """``map`` over a process pool of ``jobs`` workers (order kept; serial when jobs <= 1)."""
     if jobs <= 1 or len(items) < 2:
         return [fn(x) for x in items]
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-
     with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("fork")) as ex:
         return list(ex.map(fn, items, chunksize=1))
 
@@ -236,8 +239,6 @@ def mooncake_workload():
     """Mean input and output lengths of the Mooncake conversation trace (chapter 2's reader) and its
     prefix-hit share with an unbounded cache (input blocks seen before / all input blocks; the trace's
     block hashes chain a block to its prefix, so a seen block means a cached prefix)."""
-    from ..traces import load_trace
-
     t = load_trace("mooncake_conversation")
     sm = t.summary()
     return {"input_tokens": float(np.mean(t.input_tokens)), "output_tokens": float(np.mean(t.output_tokens)),
@@ -288,9 +289,6 @@ def production_cells(device="H800-SXM5-80GB", budget=256,
     stated default efficiencies (``raw``) and the calibrated ones side by side; the error uses the
     calibrated figure (the raw one otherwise). The verdicts are :func:`analysis.claims.evaluate`'s
     (:func:`.chapter.production_verdicts`)."""
-    from .. import data
-    from . import production as P
-
     rows = []
     for model, mode, key in [("Step-3", "AFD", "stepfun_step3_afd_tps_per_gpu"),
                              ("DeepSeek-V3", "D", "stepfun_dsv3_tps_per_gpu"),
@@ -331,11 +329,6 @@ def production_sensitivity(device="H800-SXM5-80GB", budget=256,
     each single change of :data:`EP_SENSITIVITY` to ``eff`` (default: the stated efficiencies), the
     overlap choices or the scale-up domain (FP8 device numbers, as the cells run), with DeepSeek-V3's
     error against its published figure and whether AFD beats plain decode for Step-3."""
-    from dataclasses import replace
-
-    from .. import data
-    from . import production as P
-
     base = eff or Efficiency()
     pub = data.published("stepfun_dsv3_tps_per_gpu")["value"]
     rows = []
@@ -416,9 +409,6 @@ def gain_cells(eff_calibrated: Efficiency | None = None, *,
 
     The verdicts are :func:`analysis.claims.evaluate`'s under the rules of ``data/claims.yaml``
     (:func:`.chapter.gain_verdicts`)."""
-    from .. import claims, data
-    from . import production as P
-
     effs = {"raw": Efficiency(), "simulated": eff_calibrated or Efficiency()}
     rows = []
     rule = claims.rule("ch3_val_megascale")
@@ -489,9 +479,6 @@ def tail_rerank(model, gpu, *, k, load, ttft_slo_s, ttft_slo_s_per_1k_input, tpo
     length distribution and arrival times), replayed by the event simulation at ``load`` times each
     plan's capacity and judged at the 90th percentile of TTFT and TPOT (:func:`.des.rerank`); the
     colocated plans are also replayed without chunked prefill (mode :data:`NO_CHUNK`)."""
-    from ..traces import load_trace
-    from . import des
-
     t = load_trace("mooncake_conversation")
     wl = S.Workload.from_lengths(t.input_tokens, t.output_tokens)
     slo = slo_for(wl.input_tokens, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s)
@@ -535,8 +522,6 @@ def best_disagg(df: pd.DataFrame, keys) -> pd.Series:
 
 def spearman(x, y) -> float:
     """Spearman rank correlation; NaN with fewer than three points or a constant input."""
-    from scipy.stats import spearmanr
-
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return float("nan")
