@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from .data import _trace_read
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -36,8 +38,6 @@ def results_dir() -> Path:
 def trace_read(path: Path) -> None:
     """Record the read of an in-repo file for the check that chapters' cache keys cover what they
     read (``KVBOOK_TRACE_READS``, :mod:`analysis.data`, :mod:`analysis.deps`)."""
-    from .data import _trace_read
-
     try:
         rel = Path(path).resolve().relative_to(REPO_ROOT.resolve()).as_posix()
     except ValueError:

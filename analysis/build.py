@@ -74,7 +74,7 @@ def invalidate(verbose: bool = True) -> dict[str, list[str]]:
     changed = changed_pages(old, new)
     removed, cached = [], set()
     if JCACHE.exists():
-        from jupyter_cache import get_cache
+        from jupyter_cache import get_cache  # optional heavy dependency
 
         cache = get_cache(str(JCACHE))
         for rec in cache.list_cache_records():

@@ -16,9 +16,13 @@ Two kinds of data:
 """
 from __future__ import annotations
 
+import argparse
+import csv
 import functools
 import hashlib
+import io
 import os
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -147,7 +151,7 @@ def path(name: str, *, download: bool | None = None) -> Path:
         download = not os.environ.get("KVBOOK_OFFLINE")
     if download:
         try:
-            import pooch
+            import pooch  # optional heavy dependency
 
             EXTERNAL_DIR.joinpath(mirror).parent.mkdir(parents=True, exist_ok=True)
             fetched = pooch.retrieve(
@@ -200,9 +204,6 @@ def _read_table(file: str, mtime_ns: int) -> pd.DataFrame:
     """Parse a table. Only lines *starting* with ``#`` are comments (a ``#`` inside a field, as in
     "PR #28068", is data); blank lines are skipped. ``attrs["lines"]`` holds each row's line number
     in the file (comment lines counted), ``attrs["file"]`` the repo-relative path: see :func:`where`."""
-    import csv
-    import io
-
     kept, quoted = [], False  # quoted: inside a quoted field that spans lines (kept verbatim)
     for n, ln in enumerate(Path(file).read_text(encoding="utf-8").splitlines(keepends=True), 1):
         if quoted or not (ln.startswith("#") or not ln.strip()):
@@ -283,8 +284,6 @@ def published(key: str) -> dict:
 def fetch_all(*, download: bool | None = None, out=None) -> dict[str, Path | DataError]:
     """Resolve (and, unless ``KVBOOK_OFFLINE`` is set, download) every registered file, verifying
     its sha256; prints where each landed or why it is missing. Returns name -> path or error."""
-    import sys
-
     out = out or sys.stdout
     results: dict[str, Path | DataError] = {}
     reg = registry()
@@ -303,8 +302,6 @@ def fetch_all(*, download: bool | None = None, out=None) -> dict[str, Path | Dat
 
 
 def main(argv=None) -> int:
-    import argparse
-
     ap = argparse.ArgumentParser(prog="python -m analysis.data",
                                  description="Fetch and verify the external files of data/registry.yaml.")
     ap.add_argument("--fetch-all", action="store_true",

@@ -10,6 +10,8 @@ import matplotlib.pyplot as plt
 import matplotlib.ticker as mticker
 import seaborn as sns
 
+from .report import fmt_bytes
+
 PALETTE = sns.color_palette("colorblind")
 SEQUENTIAL = "viridis"  # perceptually uniform, colour-blind safe, prints in greyscale
 DIVERGING = "vlag"
@@ -33,8 +35,6 @@ def setup(context: str = "notebook", font_scale: float = 1.0) -> None:
 
 def bytes_formatter(binary: bool = False):
     """Axis tick formatter in SI bytes (kB, MB, GB, TB)."""
-    from .report import fmt_bytes
-
     return mticker.FuncFormatter(lambda x, _pos: fmt_bytes(x, 3) if x > 0 else "0")
 
 

@@ -6,8 +6,12 @@
 """
 from __future__ import annotations
 
+import base64
+import html
 import json
 import math
+import platform
+from importlib import metadata
 
 import numpy as np
 
@@ -60,7 +64,7 @@ class GluedText(str):
 def glue(name: str, value, fmt: str | None = None) -> str:
     """Glue ``value`` under ``name`` (not displayed in the cell); returns the displayed text (a
     :class:`GluedText`, which a cell does not echo)."""
-    from IPython.display import display
+    from IPython.display import display  # optional heavy dependency
 
     text = format_value(value, fmt)
     # myst-nb passes text/plain through ast.literal_eval before formatting ("4,456" would become the
@@ -102,22 +106,19 @@ def verdict(computed: float, published: float, rel_tol: float = 0.10, partial_to
 
 def versions() -> dict:
     """Versions of Python and the packages the book is built with (for each chapter's footer)."""
-    import importlib.metadata as md
-    import platform
-
     out = {"python": platform.python_version()}
     for pkg in ("numpy", "scipy", "pandas", "seaborn", "matplotlib", "jupyter-book", "myst-nb", "jupytext",
                 "papermill", "kvbook-analysis"):
         try:
-            out[pkg] = md.version(pkg)
-        except md.PackageNotFoundError:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
             out[pkg] = "not installed"
     return out
 
 
 def rerun_footer(chapter: str, sweep: str | None = None):
     """Markdown for the end of a chapter: how to rerun it and the versions it was built with."""
-    from IPython.display import Markdown
+    from IPython.display import Markdown  # optional heavy dependency
 
     lines = ["**Rerun this chapter** with other parameters (papermill):", "",
              "```bash", f"python -m analysis.rerun book/{chapter}.md -p NAME VALUE ...",
@@ -132,10 +133,7 @@ def csv_download(df, filename: str, text: str | None = None):
     """An HTML link that downloads ``df`` as CSV (embedded as a data URI, so it works in the built book,
     in the notebook and offline); for tables too long to show (the page keeps the figure and links the
     full table as CSV)."""
-    import base64
-    import html
-
-    from IPython.display import HTML
+    from IPython.display import HTML  # optional heavy dependency
 
     data = base64.b64encode(df.to_csv(index=False).encode()).decode()
     label = html.escape(text or f"Download the full table ({len(df)} rows) as CSV: {filename}")
