@@ -6,8 +6,8 @@ anything, with :mod:`ast`:
 
 * **Modules**: the transitive closure, inside ``analysis/``, of the chapter's ``import`` statements
   (every ``import``/``from ... import`` of every module in the closure, including those inside
-  functions; the parent packages of each, whose ``__init__`` runs on import; and the chapter's
-  parameter-schema module from :data:`analysis.params.CHAPTERS`, which ``params.check`` imports).
+  functions; the parent packages of each, whose ``__init__`` runs on import; a chapter imports its
+  parameter-schema module itself, ``from analysis.<subpackage>.params import SCHEMA``).
 * **Files**: an in-repo file (``data/*.csv``, ``data/*.yaml``, top-level ``*.yml``, ``sweeps/*.yaml``
   and the committed results under ``results/``) is read by the closure when its name appears in a
   string literal (docstrings excepted) of the chapter or of a module of the closure
@@ -249,17 +249,10 @@ def is_notebook(path: Path) -> bool:
     return head.startswith("---") and "kernelspec:" in head.split("\n---", 1)[0]
 
 
-def _schema_module(stem: str) -> list[str]:
-    from .params import CHAPTERS
-
-    spec = CHAPTERS.get(stem)
-    return [spec.split(":")[0]] if spec else []
-
-
 @functools.lru_cache(maxsize=64)
 def _chapter_deps_cached(path: str, mtime_ns: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
     tree = chapter_tree(Path(path))
-    mods = closure(imports_of(tree) | set(_schema_module(Path(path).stem)))
+    mods = closure(imports_of(tree))
     files = files_read(tree) | module_files_read(mods)
     return tuple(mods), tuple(sorted(files))
 

@@ -1,19 +1,26 @@
-"""Papermill parameter schemas and their validation (one schema per chapter).
+"""Papermill parameter schemas, their validation and their typed configurations.
 
-A chapter's first code cell (tagged ``parameters``) sets every knob; the next cell calls
-``params.check("NN_slug", globals())``, which validates them against the chapter's schema and fails
-*before any work* with a :class:`ParameterError` naming each bad parameter and what is allowed.
-``analysis.rerun`` validates ``-p`` values against the same schema before any notebook runs.
+Each chapter has one :class:`Schema`: every parameter once, with type, default, range and help. The
+schema lives in the chapter's subpackage (``analysis.<subpackage>.params.SCHEMA``; chapter 1's in
+:mod:`analysis.kv_params`) and registers itself here when imported (:func:`register`): registration
+goes downward, and this module imports no other module of ``analysis``.
 
-Schemas live next to the code they drive (``analysis.<subpackage>.params.PARAMS``) and are found
-through :data:`CHAPTERS`; chapter 1's is ``analysis.kv_params.PARAMS``. This module imports no
-other module of ``analysis`` (a chapter's schema is imported by name), so a chapter that imports it
-does not depend on the other chapters' schemas (see :mod:`analysis.deps`).
+A chapter's first code cell (tagged ``parameters``) sets every knob as a literal (papermill injects
+overrides after it; ``tests/test_params_schema.py`` checks that the cell sets exactly the schema's
+parameters with exactly its defaults). The next cell imports the schema and calls
+``SCHEMA.check(globals())``, which validates the knobs and fails *before any work* with a
+:class:`ParameterError` naming each bad parameter and what is allowed. ``SCHEMA.config(values)``
+turns validated values into the typed configuration (frozen dataclasses grouped by concern) that the
+library functions take. ``analysis.rerun`` finds a chapter's schema by its file stem through
+:mod:`analysis.chapters` and validates ``-p`` values against it before any notebook runs.
 """
 from __future__ import annotations
 
-import importlib
+import dataclasses
+import difflib
 import math
+import typing
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +33,8 @@ class ParameterError(ValueError):
 class Param:
     """One parameter: ``kind`` is 'int', 'float', 'str', 'bool', 'list[int]', 'list[float]',
     'list[str]' or 'dict'. ``choices`` may be a callable returning the allowed values (e.g. model
-    names), checked element-wise for lists. ``min``/``max`` bound numbers (element-wise for lists)."""
+    names read from ``data/``), checked element-wise for lists. ``min``/``max`` bound numbers
+    (element-wise for lists)."""
 
     default: Any
     kind: str
@@ -82,23 +90,21 @@ def _check_scalar(name: str, kind: str, v, p: Param) -> tuple[Any, str | None]:
             return v, f"{name}: {v!r} is above the maximum {p.max} ({p.help})"
     ch = p.allowed()
     if ch is not None and v not in ch:
-        import difflib
         close = difflib.get_close_matches(str(v), [str(c) for c in ch], n=3, cutoff=0.5)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
         return v, f"{name}: {v!r} is not allowed{hint}; allowed: {', '.join(map(str, ch))}"
     return v, None
 
 
-def validate(schema: dict[str, Param], values: dict, *, partial: bool = False) -> dict:
+def validate(schema: Mapping[str, Param], values: Mapping, *, partial: bool = False) -> dict:
     """Validate ``values`` against ``schema``; returns a complete, normalised dict.
 
     Unknown names, wrong types, values outside ``choices`` or bounds: all problems are collected and
     raised together in one :class:`ParameterError`. With ``partial=True`` missing names take their
-    defaults (as for ``-p`` overrides)."""
+    defaults (as for ``-p`` overrides). A :class:`Schema`'s cross-parameter checks run last."""
     errors, out = [], {}
     for name in values:
         if name not in schema:
-            import difflib
             close = difflib.get_close_matches(name, list(schema), n=3, cutoff=0.5)
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
             errors.append(f"{name}: unknown parameter{hint}; parameters: {', '.join(schema)}")
@@ -138,42 +144,157 @@ def validate(schema: dict[str, Param], values: dict, *, partial: bool = False) -
             out[name] = v2
     if errors:
         raise ParameterError("invalid parameters:\n  - " + "\n  - ".join(errors))
+    if isinstance(schema, Schema) and schema.consistency is not None:
+        schema.consistency(out)
     return out
+
+
+# ------------------------------------------------------------------------------ typed configurations
+
+def group(cls, values: Mapping):
+    """An instance of the frozen dataclass ``cls`` from ``values``: each field is the parameter of the
+    same name (a configuration grouped by concern: workload, hardware, prices...)."""
+    return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls)})
+
+
+def _config_layout(cls) -> dict[str, type | None]:
+    """``{field: group class, or None for a parameter held directly}`` of a configuration class."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: (hints[f.name] if dataclasses.is_dataclass(hints[f.name]) else None)
+            for f in dataclasses.fields(cls)}
+
+
+def config_names(cls) -> list[str]:
+    """The parameter names a configuration class holds (through its groups), in field order."""
+    out = []
+    for name, sub in _config_layout(cls).items():
+        out += [f.name for f in dataclasses.fields(sub)] if sub is not None else [name]
+    return out
+
+
+_KIND_TYPES = {"int": int, "float": float, "str": str, "bool": bool, "dict": dict}
+
+
+class Schema(Mapping):
+    """A chapter's parameters (a read-only mapping name -> :class:`Param`, in the order of the
+    chapter's parameters cell), its cross-parameter checks (``consistency(values)``, raising
+    :class:`ParameterError`) and its typed configuration class ``config``: a frozen dataclass whose
+    fields are frozen dataclasses grouping parameters by concern (or parameters themselves). The
+    configuration must hold every parameter exactly once (checked here, at import); without one, a
+    flat frozen dataclass named after the chapter is made from the schema."""
+
+    def __init__(self, chapter: str, params: Mapping[str, Param], *, config: type | None = None,
+                 consistency: Callable[[dict], None] | None = None):
+        self.chapter = chapter
+        self._params = dict(params)
+        self.consistency = consistency
+        if config is None:
+            name = "Config_" + "".join(c if c.isalnum() else "_" for c in chapter)
+            config = dataclasses.make_dataclass(
+                name, [(k, _KIND_TYPES.get(p.kind, list)) for k, p in self._params.items()], frozen=True)
+        names = config_names(config)
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup or set(names) != set(self._params):
+            raise TypeError(f"{chapter}: configuration {config.__name__} must hold every parameter "
+                            f"exactly once; "
+                            f"missing {sorted(set(self._params) - set(names))}, "
+                            f"unknown {sorted(set(names) - set(self._params))}, twice {dup}")
+        self.config_class = config
+
+    def __getitem__(self, name: str) -> Param:
+        return self._params[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._params)
+
+    def __len__(self) -> int:
+        return len(self._params)
+
+    def __repr__(self) -> str:
+        return f"Schema({self.chapter!r}, {len(self)} parameters)"
+
+    def defaults(self) -> dict:
+        return {k: p.default for k, p in self._params.items()}
+
+    def validate(self, values: Mapping, *, partial: bool = False) -> dict:
+        return validate(self, values, partial=partial)
+
+    def config(self, values: Mapping | None = None):
+        """The typed configuration of ``values`` (validated; missing names take their defaults)."""
+        v = self.validate(dict(values or {}), partial=True)
+        kw = {name: (group(sub, v) if sub is not None else v[name])
+              for name, sub in _config_layout(self.config_class).items()}
+        return self.config_class(**kw)
+
+    def check(self, namespace: dict) -> dict:
+        """Validate a chapter's parameters as they stand in ``namespace`` (the notebook's globals),
+        write the normalised values back, and return them. A name injected by papermill
+        (``papermill -p NAME VALUE``) that the schema does not know is an error, as with
+        ``analysis.rerun``: it would otherwise be silently ignored."""
+        unknown = [k for k in injected_names(namespace) if k not in self]
+        if unknown:
+            validate(self._params, {k: namespace.get(k) for k in unknown}, partial=True)  # raises
+        missing = [k for k in self if k not in namespace]
+        if missing:
+            raise ParameterError(f"parameters cell lacks {missing}; it must set every parameter of the "
+                                 f"schema")
+        out = self.validate({k: namespace[k] for k in self})
+        namespace.update(out)
+        return out
+
+    def describe(self, full: bool = False) -> str:
+        """A Markdown table of the parameters: summarised for the chapter's opening, complete (every
+        allowed value) with ``full=True`` (``python -m analysis.rerun CHAPTER --list-params``)."""
+        rows = ["| parameter | default | allowed | meaning |", "|---|---|---|---|"]
+        for k, p in self.items():
+            rows.append(f"| `{k}` | `{p.default!r}` | {p.describe(full)} | {p.help} |")
+        return "\n".join(rows)
 
 
 # ------------------------------------------------------------------------------ chapter registry
 
 KV_DTYPES = ["fp32", "bf16", "fp16", "fp8", "int8", "fp4", "int4", "int2"]
 
-# chapter file stem -> "module:attribute" of its schema (imported lazily)
-CHAPTERS = {
-    "01_kv_footprint": "analysis.kv_params:PARAMS",
-    "02_ssd_offload": "analysis.tiering.params:PARAMS",
-    "03_disagg": "analysis.disagg.params:PARAMS",
-    "04_qevict": "analysis.qevict.params:PARAMS",
-    "05_where_kv_lives": "analysis.compose.params:PARAMS",
-}
+_REGISTRY: dict[str, Schema] = {}
 
 
-def schema(chapter: str) -> dict[str, Param]:
-    """The schema of a chapter, by file stem or path (``book/01_kv_footprint.md``)."""
-    import os
-    from pathlib import Path
-
-    stem = Path(chapter).stem
-    chapters = dict(CHAPTERS)
-    # extra chapters (your own notebooks): KVBOOK_EXTRA_CHAPTERS="stem=module:attr,stem2=module:attr"
-    for item in filter(None, os.environ.get("KVBOOK_EXTRA_CHAPTERS", "").split(",")):
-        k, _, v = item.partition("=")
-        chapters[k.strip()] = v.strip()
-    if stem not in chapters:
-        raise ParameterError(f"no parameter schema for chapter {chapter!r}; chapters: {', '.join(CHAPTERS)}")
-    mod, attr = chapters[stem].split(":")
-    return getattr(importlib.import_module(mod), attr)
+def register(schema: Schema) -> Schema:
+    """Register a chapter's schema (called by the chapter's schema module when it is imported)."""
+    _REGISTRY[schema.chapter] = schema
+    return schema
 
 
-def defaults(chapter: str) -> dict:
-    return {k: p.default for k, p in schema(chapter).items()}
+def registered() -> list[str]:
+    return list(_REGISTRY)
+
+
+def schema(chapter: str | Schema) -> Schema:
+    """The registered schema of a chapter, by file stem or path (``book/01_kv_footprint.md``). This
+    module imports no chapter: import the chapter's schema module first, or use
+    :func:`analysis.chapters.schema`, which finds it by name."""
+    if isinstance(chapter, Schema):
+        return chapter
+    stem = chapter.replace("\\", "/").rsplit("/", 1)[-1]
+    stem = stem[:-3] if stem.endswith((".md", ".py")) else stem[:-6] if stem.endswith(".ipynb") else stem
+    if stem not in _REGISTRY:
+        raise ParameterError(f"no parameter schema registered for chapter {chapter!r} (registered: "
+                             f"{', '.join(_REGISTRY) or 'none'}); import its schema module, or find it by "
+                             f"name with analysis.chapters.schema({stem!r})")
+    return _REGISTRY[stem]
+
+
+def defaults(chapter: str | Schema) -> dict:
+    return schema(chapter).defaults()
+
+
+def check(chapter: str | Schema, namespace: dict) -> dict:
+    """:meth:`Schema.check` of a registered chapter."""
+    return schema(chapter).check(namespace)
+
+
+def describe(chapter: str | Schema, full: bool = False) -> str:
+    """:meth:`Schema.describe` of a registered chapter."""
+    return schema(chapter).describe(full)
 
 
 def injected_names(namespace: dict) -> list[str]:
@@ -193,30 +314,3 @@ def injected_names(namespace: dict) -> list[str]:
             return [t.id for node in tree.body if isinstance(node, ast.Assign)
                     for t in node.targets if isinstance(t, ast.Name)]
     return []
-
-
-def check(chapter: str, namespace: dict) -> dict:
-    """Validate a chapter's parameters as they stand in ``namespace`` (the notebook's globals),
-    write the normalised values back, and return them. A name injected by papermill
-    (``papermill -p NAME VALUE``) that the schema does not know is an error, as with
-    ``analysis.rerun``: it would otherwise be silently ignored."""
-    sch = schema(chapter)
-    unknown = [k for k in injected_names(namespace) if k not in sch]
-    if unknown:
-        validate(sch, {k: namespace.get(k) for k in unknown}, partial=True)  # raises, with close matches
-    values = {k: namespace[k] for k in sch if k in namespace}
-    missing = [k for k in sch if k not in namespace]
-    if missing:
-        raise ParameterError(f"parameters cell lacks {missing}; it must set every parameter of the schema")
-    out = validate(sch, values)
-    namespace.update(out)
-    return out
-
-
-def describe(chapter: str, full: bool = False) -> str:
-    """A Markdown table of a chapter's parameters: summarised for the chapter's opening, complete
-    (every allowed value) with ``full=True`` (``python -m analysis.rerun CHAPTER --list-params``)."""
-    rows = ["| parameter | default | allowed | meaning |", "|---|---|---|---|"]
-    for k, p in schema(chapter).items():
-        rows.append(f"| `{k}` | `{p.default!r}` | {p.describe(full)} | {p.help} |")
-    return "\n".join(rows)

@@ -45,6 +45,7 @@ from pathlib import Path
 
 import yaml
 
+from . import chapters as _chapters
 from . import params as _params
 from .report import glued_values
 
@@ -75,7 +76,7 @@ def run_id(chapter: str, values: dict) -> str:
 def prepare(chapter, overrides: dict) -> tuple[Path, dict]:
     """Resolve the chapter and validate the overrides against its schema (raises ParameterError)."""
     path = chapter_path(chapter)
-    schema = _params.schema(path.stem)
+    schema = _chapters.schema(path.stem)
     full = _params.validate(schema, overrides, partial=True)
     return path, {k: full[k] for k in overrides}
 
@@ -244,7 +245,7 @@ def load_sweep(file) -> tuple[Path, str, list[dict]]:
     points += [dict(fixed, **r) for r in (spec.get("runs") or [])]
     if not points:
         points = [dict(fixed)]
-    schema = _params.schema(path.stem)
+    schema = _chapters.schema(path.stem)
     errors = []
     for i, p in enumerate(points):
         try:
@@ -375,7 +376,7 @@ def main(argv=None) -> int:
         if not a.chapter:
             ap.error("give a chapter (book/NN_slug.md) or --sweep FILE")
         if a.list_params:
-            print(_params.describe(chapter_path(a.chapter).stem, full=True))
+            print(_chapters.schema(chapter_path(a.chapter).stem).describe(full=True))
             return 0
         overrides = {}
         for name, value in a.parameter:

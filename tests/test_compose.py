@@ -263,7 +263,7 @@ def test_from_summary_reduces_chapter4_rows_to_ratios():
 
 
 def test_chapter_schema_rejects_bad_parameters():
-    sch = params.schema("05_where_kv_lives")
+    from analysis.compose.params import SCHEMA as sch
     with pytest.raises(params.ParameterError, match="layouts"):
         params.validate(sch, {"layouts": ["hbm", "pool"]}, partial=True)
     with pytest.raises(params.ParameterError, match="hit_rates"):

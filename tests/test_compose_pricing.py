@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from analysis import kv
+from analysis.compose import configure as cconf
 from analysis.compose import params as cparams
 from analysis.compose import pipeline, pricing
 from analysis.compose.fidelity import KVPolicy
@@ -17,7 +18,7 @@ from analysis.specs import model as _model
 from analysis.tiering import cluster, load_trace, lru_hit_curve, tiers
 
 MODEL = "Llama-3.1-70B"
-DEP = cparams.tier_deployment()
+DEP = cconf.tier_deployment()
 QEVICT = KVPolicy("qevict_recall", 0.5, hot_ratio=0.55, cold_ratio=0.6, recall_ratio_per_step=2e-4, kl=0.1,
                   top1=0.8)
 REUSE = ReuseCurve(np.linspace(1e5, 2e7, 200), np.linspace(0.005, 1.0, 200), 10000.0, "synthetic")
@@ -198,11 +199,13 @@ def test_everything_off_equals_the_baseline_under_chapter_2_pricing(routed):
 
 
 def test_parameters_choose_the_pricing():
-    P = {k: v.default for k, v in cparams.PARAMS.items()}
-    assert isinstance(cparams.recall_model(P), pricing.RandomReadRecall)
-    assert isinstance(cparams.recall_model({**P, "recall_pricing": "sequential"}), pipeline.SequentialRecall)
-    assert not cparams.recall_model({**P, "recall_prefetch": False}).prefetch
-    assert isinstance(cparams.reuse({**P, "routing_policy": "ideal"}), ReuseCurve)
+    def cfg(**kw):
+        return cparams.SCHEMA.config(kw)
+
+    assert isinstance(cconf.recall_model(cfg().recall), pricing.RandomReadRecall)
+    assert isinstance(cconf.recall_model(cfg(recall_pricing="sequential").recall), pipeline.SequentialRecall)
+    assert not cconf.recall_model(cfg(recall_prefetch=False).recall).prefetch
+    assert isinstance(cconf.reuse(cfg(routing_policy="ideal")), ReuseCurve)
     with pytest.raises(pipeline.ComposeError, match="routing"):
         pricing.routed_reuse("mooncake_conversation", 2, "nearest")
     with pytest.raises(pipeline.ComposeError, match="unit_tokens"):
@@ -233,7 +236,7 @@ def _prefix_case(drives):
                       1.0, 1.0)
     up = {u["unit"]: u for u in p.units}["P"]
     tl = tiers.build_tiers("nvme", pipeline.tier_deployment(s, int(up["size"])))
-    ratio0, _ = pipeline.prefill_ratio(s, tl, int(up["size"]), REUSE)
+    ratio0, _ = pipeline.prefill_ratio(s, tl, up, REUSE)
     return s, off, tl, up["dev_per_rate"] / up["devices"] * ratio0
 
 

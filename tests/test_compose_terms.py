@@ -409,16 +409,17 @@ def test_fast_perturbations_equal_recomputing_the_map():
 
 def test_chapter_parameters_declare_the_floor_and_the_sources():
     from analysis import params
+    from analysis.compose import configure as cconf
     from analysis.compose import params as cparams
 
-    sch = params.schema("05_where_kv_lives")
-    p = {k: v.default for k, v in sch.items()}
-    floor = cparams.fidelity_floor(p, [])
+    sch = cparams.SCHEMA
+    p = sch.defaults()
+    floor = cconf.fidelity_floor(sch.config(p), [])
     assert sorted(floor.in_drive) == [2, 4, 8, 16]
     assert floor.in_drive[4].source == "published" and floor.in_drive[2].source == "published"
     assert floor.in_drive[8].source == "none" and floor.in_drive[16].source == "exact"
     assert floor.min_score_ratio == p["fidelity_min_score_ratio"] and floor.top1 == p["fidelity_floor_top1"]
-    assert cparams.fidelity_floor(p, [], "chapter 4").in_drive[4].source == "none"  # no chapter-4 KIVI given
+    assert cconf.fidelity_floor(sch.config(p), [], "chapter 4").in_drive[4].source == "none"  # no ch. 4 KIVI
     with pytest.raises(params.ParameterError, match="fidelity_source"):
         params.validate(sch, {"fidelity_source": "rumour"}, partial=True)
     with pytest.raises(params.ParameterError, match="gpu_rent_range"):

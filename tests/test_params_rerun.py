@@ -6,13 +6,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis import params, rerun
+from analysis import chapters, params, rerun
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def test_validate_collects_every_problem():
-    sch = params.schema("01_kv_footprint")
+    sch = chapters.schema("01_kv_footprint")
     with pytest.raises(params.ParameterError) as e:
         params.validate(sch, {"dtype": "fp7", "batch": "4", "context_tokens": -3, "modles": []}, partial=True)
     msg = str(e.value)
@@ -24,7 +24,7 @@ def test_validate_collects_every_problem():
 
 def test_unknown_model_in_list():
     with pytest.raises(params.ParameterError, match=r"models\[1\]: 'Llama-9' is not allowed"):
-        params.validate(params.schema("01_kv_footprint"), {"models": ["Llama-3.1-8B", "Llama-9"]},
+        params.validate(chapters.schema("01_kv_footprint"), {"models": ["Llama-3.1-8B", "Llama-9"]},
                         partial=True)
 
 
@@ -38,17 +38,19 @@ def test_bool_is_not_an_int_and_int_is_a_float():
 
 
 def test_check_fills_namespace_and_requires_every_parameter():
-    ns = params.defaults("01_kv_footprint")
-    params.check("01_kv_footprint", ns)
+    sch = chapters.schema("01_kv_footprint")
+    ns = sch.defaults()
+    sch.check(ns)
     ns.pop("dtype")
     with pytest.raises(params.ParameterError, match="lacks"):
-        params.check("01_kv_footprint", ns)
+        sch.check(ns)
 
 
 def test_every_chapter_default_is_valid():
-    for stem in params.CHAPTERS:
+    for stem in chapters.CHAPTERS:
         if (REPO / "book" / f"{stem}.md").exists():
-            params.validate(params.schema(stem), params.defaults(stem))
+            sch = chapters.schema(stem)
+            params.validate(sch, sch.defaults())
 
 
 def test_cli_rejects_bad_parameter_before_running(tmp_path):
@@ -142,10 +144,10 @@ def test_sweep_duplicate_points_run_once(tmp_path, fixture_chapter):
 def test_papermill_injected_unknown_parameter_is_rejected(fixture_chapter):
     ns = {"x": 2, "fail": False, "In": ["", "x = 2\nfail = False", "# Parameters\nx = 3\nfal = True\n"]}
     with pytest.raises(params.ParameterError, match=r"fal: unknown parameter \(did you mean fail\?\)"):
-        params.check("99_fixture", ns)
+        chapters.schema("99_fixture").check(ns)
     assert params.injected_names(ns) == ["x", "fal"]
     ns["In"][-1] = "# Parameters\nx = 3\n"
-    assert params.check("99_fixture", ns) == {"x": 2, "fail": False}
+    assert chapters.schema("99_fixture").check(ns) == {"x": 2, "fail": False}
     assert params.injected_names({"x": 1}) == []  # not in IPython: nothing injected
 
 

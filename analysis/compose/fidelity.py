@@ -110,7 +110,7 @@ def measure(policies, budgets, *, documents=("docs:typing",), prefill_tokens: in
              policies=["full"] + [x for x in policies if x != "full"], budgets=[float(b) for b in budgets],
              heatmap_document=0, **overrides)
     p = qparams_validate(qparams, p)
-    exp = experiment.run_experiment(p, verbose=verbose)
+    exp = experiment.run_experiment(qparams.SCHEMA.config(p), verbose=verbose)
     return from_summary(exp.summary)
 
 

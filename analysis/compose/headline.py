@@ -7,9 +7,9 @@ result cache that chapter 5 shares, so the cost is the map itself (seconds).
 """
 from __future__ import annotations
 
-from .. import params
+from . import configure as compose_configure
 from . import decide, fidelity, figures
-from . import params as compose_params
+from .params import SCHEMA
 
 CHAPTER = "05_where_kv_lives"
 
@@ -18,12 +18,13 @@ def default_map(price_factor: float = 1.0):
     """(cells, parameters) of chapter 5's decision map at its defaults, at one SSD price factor, built
     as the chapter builds it: chapter 2's routing-dependent reuse curve, chapter 4's measured policies
     with the fidelity of the declared source, the declared floor, every deployment mode of the chapter."""
-    P = params.validate(params.schema(CHAPTER), params.defaults(CHAPTER))
-    base = compose_params.base_scenario(P)
-    reuse = compose_params.reuse(P)
-    measured = compose_params.kv_policies(P, source="chapter 4")
+    P = SCHEMA.validate(SCHEMA.defaults())
+    cfg = SCHEMA.config(P)
+    base = compose_configure.base_scenario(cfg)
+    reuse = compose_configure.reuse(cfg)
+    measured = compose_configure.kv_policies(cfg, source="chapter 4")
     policies = fidelity.with_source(measured, P["fidelity_source"], model=P["model"])
-    floor = compose_params.fidelity_floor(P, policies)
+    floor = compose_configure.fidelity_floor(cfg, policies)
     opts = decide.options(P["layouts"], policies, P["modes"])
     cells, _ = decide.decision_map(base, P["contexts"], P["hit_rates"], [price_factor], opts, reuse, floor)
     return cells, P

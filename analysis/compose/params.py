@@ -1,11 +1,19 @@
-"""Parameter schema of chapter 5 (``book/05_where_kv_lives.md``). Tier prices, devices and
+"""Parameter schema of chapter 5 (``book/05_where_kv_lives.md``; see :mod:`analysis.params`) and its
+typed configuration, :class:`ComposeConfig`, grouped by concern. Tier prices, devices and
 efficiencies are chapter 2's defaults (read from ``data/hardware.csv`` by
-:mod:`analysis.tiering.params`); SSD prices move through ``ssd_price_factors``."""
+:mod:`analysis.tiering.params`); SSD prices move through ``ssd_price_factors``. The library objects
+a configuration describes (the base scenario, the reuse curve, the measured policies, the floor) are
+built by :mod:`analysis.compose.configure`; this module imports no computation module."""
 from __future__ import annotations
 
-from ..params import Param
+from dataclasses import dataclass
+
+from ..params import Param, Schema, register
 from ..specs import hardware_names, model_names
-from .pipeline import LAYOUTS, MODES
+
+# what the computation modules implement (checked by tests/test_params_schema.py)
+LAYOUTS = ("hbm", "dram", "cxl", "nvme", "qlc", "ai_ssd")  # pipeline.LAYOUTS
+MODES = ("C", "PD", "AF", "3-way", "PDAF")  # pipeline.MODES
 
 _QEVICT_POLICIES = ["streaming", "h2o", "tova", "snapkv", "kivi2", "kivi4", "mikv", "qevict_dequant",
                     "qevict_recall"]
@@ -109,73 +117,103 @@ PARAMS = {
 }
 
 
-def tier_deployment():
-    """Chapter 2's tier deployment at its chapter defaults (prices from data/hardware.csv)."""
-    from ..tiering import params as tparams
+# ------------------------------------------------------------------------- typed configuration
+# Each field is the parameter of the same name (no defaults here: the schema above holds them).
 
-    return tparams.deployment({k: p.default for k, p in tparams.PARAMS.items()})
+@dataclass(frozen=True)
+class Service:
+    """The served model, its GPU, the requests' output, the SLOs and the largest deployment."""
 
-
-def recall_model(p: dict):
-    """The recall pricing of the parameters (``recall_pricing``, ``recall_prefetch``,
-    ``recall_unit_tokens``)."""
-    from .pipeline import SequentialRecall
-    from .pricing import RandomReadRecall
-
-    if p.get("recall_pricing", "chapter 2") == "sequential":
-        return SequentialRecall()
-    return RandomReadRecall.from_deployment(tier_deployment(),
-                                            unit_tokens=int(p.get("recall_unit_tokens", 32)),
-                                            prefetch=bool(p.get("recall_prefetch", True)))
+    model: str
+    gpu: str
+    output_tokens: int
+    ttft_slo_s: float
+    tpot_slo_s: float
+    budget_devices: int
+    gpu_cost_basis: str
 
 
-def base_scenario(p: dict):
-    """The chapter's base :class:`~analysis.compose.pipeline.Scenario` from its validated parameters."""
-    from .pipeline import Scenario
+@dataclass(frozen=True)
+class DecisionMap:
+    """The axes and options of the decision map."""
 
-    return Scenario(model=p["model"], gpu=p["gpu"], input_tokens=p["ref_context"],
-                    output_tokens=p["output_tokens"], hit_rate=p["ref_hit_rate"], ttft_slo_s=p["ttft_slo_s"],
-                    tpot_slo_s=p["tpot_slo_s"], budget_devices=p["budget_devices"], tiers=tier_deployment(),
-                    gpu_cost_basis=p["gpu_cost_basis"], recall_model=recall_model(p))
-
-
-def reuse(p: dict):
-    """The reuse curve of the parameters: chapter 2's routing-dependent hit rate of ``trace`` under
-    ``routing_policy`` at ``routing_instances`` (0: the replay's busy instances), or the ideal single
-    stack (``routing_policy = 'ideal'``)."""
-    from .pricing import routed_reuse
-
-    n = int(p.get("routing_instances", 0))
-    return routed_reuse(p["trace"], n or None, p.get("routing_policy", "kv_aware"), model=p["model"],
-                        gpu=p["gpu"])
+    contexts: list
+    hit_rates: list
+    ssd_price_factors: list
+    interactive_ssd_price_factors: list
+    layouts: list
+    modes: list
 
 
-def kv_policies(p: dict, verbose: bool = False, source: str | None = None):
-    """The full cache and every (policy, budget) of the parameters, measured by chapter 4 (bytes from the
-    short fidelity run; fidelity from chapter 4's committed long-context runs where they cover a policy
-    and ``fidelity_long_context`` is on), with the fidelity of ``source`` (default: the
-    ``fidelity_source`` parameter) for the served model (see
-    :func:`analysis.compose.fidelity.with_source`)."""
-    from .fidelity import long_context_runs, measure, with_long_context, with_source
+@dataclass(frozen=True)
+class Fidelity:
+    """The KV policies measured by chapter 4, the fidelity run and the declared floor."""
 
-    measured = measure(p["kv_policies"], p["kv_budgets"], documents=p["fidelity_documents"],
-                       prefill_tokens=p["fidelity_prefill_tokens"], decode_tokens=p["fidelity_decode_tokens"],
-                       verbose=verbose)
-    if p.get("fidelity_long_context", True):
-        measured = with_long_context(measured, long_context_runs())
-    return with_source(measured, source or p["fidelity_source"], model=p["model"])
+    kv_policies: list
+    kv_budgets: list
+    fidelity_documents: list
+    fidelity_prefill_tokens: int
+    fidelity_decode_tokens: int
+    fidelity_floor_top1: float
+    fidelity_max_ppl_change: float
+    fidelity_source: str
+    fidelity_long_context: bool
+    fidelity_min_score_ratio: float
 
 
-def fidelity_floor(p: dict, policies, source: str | None = None):
-    """The declared floor of the parameters, with the AI SSD's in-drive quantization at every stored
-    precision the chapter uses (chapter 2's default and ``ai_ssd_bits_grid``) as a KV policy."""
-    from ..tiering import params as tparams
-    from .decide import FidelityFloor
-    from .fidelity import in_drive_policy
+@dataclass(frozen=True)
+class Recall:
+    """How recalls and cold-copy writes are priced."""
 
-    src = source or p["fidelity_source"]
-    bits = set(p["ai_ssd_bits_grid"]) | {int(tparams.PARAMS["ai_ssd_bits"].default)}
-    return FidelityFloor(p["fidelity_floor_top1"], p["fidelity_max_ppl_change"],
-                         p["fidelity_min_score_ratio"],
-                         in_drive={b: in_drive_policy(b, policies, src, model=p["model"])
-                                   for b in sorted(bits)})
+    recall_pricing: str
+    recall_prefetch: bool
+    recall_unit_tokens: int
+
+
+@dataclass(frozen=True)
+class Reuse:
+    """The trace and the routing that set the hit rate."""
+
+    trace: str
+    routing_policy: str
+    routing_instances: int
+
+
+@dataclass(frozen=True)
+class Sensitivity:
+    """The reference point and the ranges of the sensitivity analyses."""
+
+    ref_context: int
+    ref_hit_rate: float
+    gpu_rent_range: list
+    tier_price_range: list
+    price_factors: list
+    nvme_bw_gb_s: list
+    ai_ssd_bits_grid: list
+    linear_shares: list
+    transfer_overheads: list
+
+
+@dataclass(frozen=True)
+class KimiCheck:
+    """The Kimi Linear decode check."""
+
+    kimi_context_tokens: int
+    kimi_tpot_slo_s: float
+
+
+@dataclass(frozen=True)
+class ComposeConfig:
+    """Chapter 5's parameters, typed and grouped: ``SCHEMA.config(values)``."""
+
+    service: Service
+    decision_map: DecisionMap
+    fidelity: Fidelity
+    recall: Recall
+    reuse: Reuse
+    sensitivity: Sensitivity
+    kimi: KimiCheck
+
+
+SCHEMA = register(Schema("05_where_kv_lives", PARAMS, config=ComposeConfig))
+PARAMS = SCHEMA

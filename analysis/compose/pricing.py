@@ -178,9 +178,10 @@ def replay_instances(trace="mooncake_conversation", model=None, gpu=None, config
 
 
 def _ch2_deployment(model=None, gpu=None):
+    from ..tiering import configure
     from ..tiering import params as tparams
 
-    d = tparams.deployment({k: p.default for k, p in tparams.PARAMS.items()})
+    d = configure.deployment(tparams.SCHEMA.config())
     kw = {k: v for k, v in (("model", model), ("gpu", gpu)) if v is not None}
     return d.replace(**kw) if kw else d
 

@@ -1,30 +1,26 @@
-"""Papermill parameters of chapter 3 (book/03_disagg.md)."""
+"""Parameter schema of chapter 3 (``book/03_disagg.md``; see :mod:`analysis.params`). The NPU design
+points are the rows of ``data/npu_design_points.csv`` (read here as data, as
+:func:`analysis.disagg.devices.npu_names` reads them)."""
 from __future__ import annotations
 
-from ..params import Param
+from ..data import table
+from ..params import Param, Schema, register
+from ..specs import hardware_names, model_names
 
 
 def _models():
-    from ..specs import model_names
     return model_names()
 
 
 def _gpus():
-    from ..specs import hardware_names
     return hardware_names("gpu")
 
 
 def _npus():
-    from .devices import npu_names
-    return npu_names()
+    return [str(n) for n in table("npu_design_points.csv")["name"]]
 
 
-def _devices():
-    from .devices import names
-    return names()
-
-
-PARAMS = {
+SCHEMA = register(Schema("03_disagg", {
     "models": Param(
         [
             "Llama-3.1-405B",
@@ -111,4 +107,5 @@ PARAMS = {
         min=0.05,
         max=1.5,
     ),
-}
+}))
+PARAMS = SCHEMA

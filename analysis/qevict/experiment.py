@@ -8,24 +8,18 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from .config import policy_config  # also imported from here by the keyed longrun.py
 from .corpora import load_document
 from .gguf_model import load_model
 from .metrics import document_drift, global_lir, summarize_run, tier_bytes_table
-from .policies import PolicyConfig
+from .params import QEvictConfig
 from .runner import run_document_cached
 from .tokenizer import load_tokenizer
 
 
-def policy_config(p: dict) -> PolicyConfig:
-    return PolicyConfig(window=p["window_tokens"], group=p["group_size"], head_dim=p.get("head_dim", 64),
-                        sink_windows=p["sink_windows"], qbits=p["qevict_bits"], full_share=p["full_share"],
-                        score_decay=p["score_decay"], snap_obs_tokens=p["snap_obs_tokens"],
-                        snap_kernel=p["snap_kernel"])
-
-
 @dataclass
 class Experiment:
-    params: dict
+    params: QEvictConfig
     docs: list
     results: list
     summary: pd.DataFrame
@@ -40,38 +34,39 @@ class Experiment:
         return tier_bytes_table(self.summary)
 
 
-def run_experiment(p: dict, *, verbose: bool = False) -> Experiment:
-    from .params import check_consistency
-
-    check_consistency(p)
+def run_experiment(c: QEvictConfig, *, verbose: bool = False) -> Experiment:
+    """Every document of configuration ``c`` (``analysis.qevict.params.SCHEMA.config(values)``:
+    validated and cross-checked), every (policy, budget) stream, each cached on disk."""
+    if not isinstance(c, QEvictConfig):
+        raise TypeError(f"run_experiment takes a QEvictConfig (SCHEMA.config(values)), "
+                        f"got {type(c).__name__}")
+    w, k, dr = c.workload, c.policies, c.drift
     model = load_model()
     tok = load_tokenizer()
-    pcfg = policy_config(p)
-    P, D = p["prefill_tokens"], p["decode_tokens"]
+    pcfg = policy_config(c)
+    P, D = w.prefill_tokens, w.decode_tokens
     tuned, over = None, None
-    if p.get("tuned_settings", "none") != "none":
+    if k.tuned_settings != "none":
         from . import tuning
 
-        tuned = tuning.load(p["tuned_settings"])
-        over = tuning.overrides(tuned, pcfg, p["policies"], p["budgets"])
+        tuned = tuning.load(k.tuned_settings)
+        over = tuning.overrides(tuned, pcfg, k.policies, k.budgets)
     docs, results, rows, lirs, timings, drifts = [], [], [], [], [], []
     t0 = time.perf_counter()
-    for spec in p["documents"]:
-        doc = load_document(spec, tok, P + D + 1, prefill_tokens=P, n_needles=p["n_needles"],
-                            n_queries=p["n_queries"], seed=p["seed"])
+    for spec in w.documents:
+        doc = load_document(spec, tok, P + D + 1, prefill_tokens=P, n_needles=w.n_needles,
+                            n_queries=w.n_queries, seed=w.seed)
         t1 = time.perf_counter()
         if verbose:
             print(f"{spec}: {len(doc)} tokens", flush=True)
-        res = run_document_cached(model, doc.tokens, P, D, p["policies"], p["budgets"], pcfg, verbose=verbose,
+        res = run_document_cached(model, doc.tokens, P, D, k.policies, k.budgets, pcfg, verbose=verbose,
                                   overrides=over)
         timings.append(dict(document=spec, seconds=time.perf_counter() - t1,
                             seconds_prefill=res["seconds_prefill"], seconds_decode=res["seconds_decode"]))
         docs.append(doc)
         results.append(res)
         rows.append(summarize_run(res, spec, doc.answers))
-        lr = global_lir(
-            res["attn_full"], P, p["window_tokens"], p["lir_gap_steps"], p["lir_tau"], p["sink_windows"]
-        )
+        lr = global_lir(res["attn_full"], P, k.window_tokens, dr.lir_gap_steps, dr.lir_tau, k.sink_windows)
         lr.insert(0, "document", spec)
         lirs.append(lr)
         drifts.append(
@@ -81,11 +76,11 @@ def run_experiment(p: dict, *, verbose: bool = False) -> Experiment:
                 **document_drift(
                     res["attn_full"],
                     P,
-                    p["window_tokens"],
-                    gap=p["lir_gap_steps"],
-                    tau=p["lir_tau"],
-                    sink_windows=p["sink_windows"],
-                    seed=p["seed"],
+                    k.window_tokens,
+                    gap=dr.lir_gap_steps,
+                    tau=dr.lir_tau,
+                    sink_windows=k.sink_windows,
+                    seed=w.seed,
                 ),
             )
         )
@@ -100,15 +95,15 @@ def run_experiment(p: dict, *, verbose: bool = False) -> Experiment:
                 tok,
                 tP + tD + 1,
                 prefill_tokens=tP,
-                n_needles=p["n_needles"],
-                n_queries=p["n_queries"],
-                seed=p["seed"],
+                n_needles=w.n_needles,
+                n_queries=w.n_queries,
+                seed=w.seed,
             ).tokens
         check_disjoint(tdocs, {d.spec: d.tokens for d in docs})
     summary = pd.concat(rows, ignore_index=True)
     summary.insert(1, "genre", summary.document.str.split(":").str[0])
     return Experiment(
-        p,
+        c,
         docs,
         results,
         summary,

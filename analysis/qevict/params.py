@@ -1,8 +1,19 @@
-"""Parameter schema of chapter 4 (``book/04_qevict.md``)."""
+"""Parameter schema of chapter 4 (``book/04_qevict.md``; see :mod:`analysis.params`) and its typed
+configuration, :class:`QEvictConfig`, grouped by concern. This module imports no computation module:
+the policies and document genres below are written here as data, and ``tests/test_params_schema.py``
+checks them against :mod:`analysis.qevict.policies` and :mod:`analysis.qevict.corpora`."""
 from __future__ import annotations
 
-from ..params import Param
-from .policies import POLICIES
+from dataclasses import dataclass
+
+from ..params import Param, ParameterError, Schema, register
+
+# what the computation modules implement (checked by tests/test_params_schema.py)
+POLICIES = ("full", "streaming", "h2o", "tova", "snapkv", "kivi2", "kivi4", "mikv", "qevict_dequant",
+            "qevict_recall", "quest", "h2o_recall", "snapkv_recall")  # policies.POLICIES
+GENRES = ("code", "docs", "needle", "ref", "news", "tests")  # corpora.GENRES
+HEAD_DIM = 64  # head dimension of the chapter's model (SmolLM2-135M): quantization groups divide it
+CONTEXT_TOKENS = 8192  # the model's context window
 
 # The default (book-build) run: one document per genre, six genres (three documents, the fewest the
 # declared QEvict rule accepts, leave its Holm-corrected t tests on 2 degrees of freedom without power:
@@ -86,29 +97,26 @@ PARAMS = {
 
 def check_consistency(p: dict) -> None:
     """Cross-parameter checks (after the schema's type and range checks)."""
-    from ..params import ParameterError
-
     errs = []
     if p["prefill_tokens"] % p["window_tokens"]:
         errs.append(
             f"prefill_tokens ({p['prefill_tokens']}) must be a multiple of "
             f"window_tokens ({p['window_tokens']})"
         )
-    if p["window_tokens"] % p["group_size"] or 64 % p["group_size"]:
+    if p["window_tokens"] % p["group_size"] or HEAD_DIM % p["group_size"]:
         errs.append(
             f"group_size ({p['group_size']}) must divide window_tokens ({p['window_tokens']}) "
-            f"and the head dimension 64"
+            f"and the head dimension {HEAD_DIM}"
         )
-    if p["prefill_tokens"] + p["decode_tokens"] + 1 > 8192:
-        errs.append("prefill_tokens + decode_tokens + 1 must fit in the model's 8,192-token context")
+    if p["prefill_tokens"] + p["decode_tokens"] + 1 > CONTEXT_TOKENS:
+        errs.append(f"prefill_tokens + decode_tokens + 1 must fit in the model's {CONTEXT_TOKENS:,}-token "
+                    f"context")
     if p["n_queries"] > p["n_needles"]:
         errs.append(f"n_queries ({p['n_queries']}) must not exceed n_needles ({p['n_needles']})")
     if p["heatmap_document"] >= len(p["documents"]):
         errs.append(
             f"heatmap_document ({p['heatmap_document']}) must index documents (0..{len(p['documents']) - 1})"
         )
-    from .corpora import GENRES
-
     for d in p["documents"]:
         kind, sep, mod = d.partition(":")
         if kind not in GENRES or not sep or not mod:
@@ -124,3 +132,61 @@ def check_consistency(p: dict) -> None:
         errs.append("budgets must be distinct")
     if errs:
         raise ParameterError("invalid parameters:\n  - " + "\n  - ".join(errs))
+
+
+# ------------------------------------------------------------------------- typed configuration
+# Each field is the parameter of the same name (no defaults here: the schema above holds them).
+
+@dataclass(frozen=True)
+class Workload:
+    """The evaluation documents and the lengths run on each."""
+
+    documents: list
+    prefill_tokens: int
+    decode_tokens: int
+    n_needles: int
+    n_queries: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class Policies:
+    """The policies compared, their budgets and knobs (``tuned_settings`` overrides the knobs it
+    froze)."""
+
+    policies: list
+    budgets: list
+    tuned_settings: str
+    window_tokens: int
+    group_size: int
+    qevict_bits: int
+    full_share: float
+    score_decay: float
+    sink_windows: int
+    snap_obs_tokens: int
+    snap_kernel: int
+
+
+@dataclass(frozen=True)
+class Drift:
+    """The attention-drift measures (Global LIR), their heatmap and the bootstrap."""
+
+    lir_gap_steps: int
+    lir_tau: float
+    heatmap_document: int
+    heatmap_layer: int
+    n_boot: int
+
+
+@dataclass(frozen=True)
+class QEvictConfig:
+    """Chapter 4's parameters, typed and grouped: ``SCHEMA.config(values)`` (validated and
+    cross-checked by :func:`check_consistency`)."""
+
+    workload: Workload
+    policies: Policies
+    drift: Drift
+
+
+SCHEMA = register(Schema("04_qevict", PARAMS, config=QEvictConfig, consistency=check_consistency))
+PARAMS = SCHEMA

@@ -1,14 +1,24 @@
-"""Parameter schema of chapter 2 (``book/02_ssd_offload.md``). Price defaults are read from
-``data/hardware.csv`` (dated rows), so the chapter's defaults are the table's values."""
+"""Parameter schema of chapter 2 (``book/02_ssd_offload.md``; see :mod:`analysis.params`) and its typed
+configuration, :class:`TieringConfig`, grouped by concern. Price defaults are read from
+``data/hardware.csv`` (dated rows), so the chapter's defaults are the table's values. The library
+objects a configuration describes (the tier deployment, the economics) are built by
+:mod:`analysis.tiering.configure`; this module imports no computation module: the allowed names
+below are written here as data, and ``tests/test_params_schema.py`` checks them against the modules
+that implement them."""
 from __future__ import annotations
 
-from ..params import KV_DTYPES, Param
-from ..specs import hardware, hardware_names, model_names
-from .admission import ADMISSION, EVICTION
-from .cluster import ROUTING
-from .policies import POLICIES
-from .tiers import CONFIGS, DATA_PATHS
+from dataclasses import dataclass
 
+from ..params import KV_DTYPES, Param, Schema, register
+from ..specs import hardware, hardware_names, model_names
+
+# what the computation modules implement (checked by tests/test_params_schema.py)
+CONFIGS = ("hbm", "dram", "cxl", "pool", "nvme", "qlc", "ai_ssd")  # tiers.CONFIGS
+DATA_PATHS = ("gpu_direct", "cpu_bounce")  # tiers.DATA_PATHS
+ROUTING = ("random", "round_robin", "prefix_affinity", "kv_aware")  # cluster.ROUTING
+EVICTION_POLICIES = ("lru", "lfu", "belady")  # policies.POLICIES
+EVICTION = ("lru", "fifo", "s3fifo", "sieve", "arc", "wtinylfu", "belady")  # admission.EVICTION
+ADMISSION = ("all", "second_use", "oracle_reuse")  # admission.ADMISSION
 ADMISSION_RUNS = [f"{e}+{a}" for e in EVICTION for a in ADMISSION]
 
 
@@ -166,7 +176,7 @@ PARAMS = {
         ["lfu", "belady"],
         "list[str]",
         "other eviction policies at sampled capacities",
-        choices=[p for p in POLICIES if p != "lru"],
+        choices=[p for p in EVICTION_POLICIES if p != "lru"],
     ),
     "policy_capacities_mtok": Param(
         [0.5, 1.0, 3.0, 10.0, 30.0, 50.0],
@@ -295,69 +305,139 @@ PARAMS = {
 }
 
 
-def deployment(p: dict):
-    """The :class:`~analysis.tiering.tiers.Deployment` of a chapter's (validated) parameters."""
-    from .tiers import YEAR_S, Deployment
+# ------------------------------------------------------------------------- typed configuration
+# Each field is the parameter of the same name (no defaults here: the schema above holds them).
 
-    return Deployment(
-        model=p["model"],
-        gpu=p["gpu"],
-        tp=p["tp"],
-        kv_dtype=p["kv_dtype"],
-        compute_eff=p["compute_eff"],
-        bw_eff=p["bw_eff"],
-        hbm_cache_fraction=p["hbm_cache_fraction"],
-        local_dram_bytes=p["local_dram_gb"] * 1e9,
-        dram_usd_per_byte=p["dram_usd_per_gb"] * 1e-9,
-        cxl_devices=p["cxl_devices"],
-        cxl_usd_per_byte=p["cxl_usd_per_gb"] * 1e-9,
-        pool_nodes=p["pool_nodes"],
-        pool_bytes_per_node=p["pool_gb_per_node"] * 1e9,
-        nics_per_instance=p["nics_per_instance"],
-        nvme_drives=p["nvme_drives"],
-        nvme_usd_per_byte=p["nvme_usd_per_tb"] * 1e-12,
-        qlc_drives=p["qlc_drives"],
-        qlc_usd_per_byte=p["qlc_usd_per_tb"] * 1e-12,
-        ai_ssd_drives=p["ai_ssd_drives"],
-        ai_ssd_usd_per_byte=p["ai_ssd_usd_per_tb"] * 1e-12,
-        ai_ssd_bits=p["ai_ssd_bits"],
-        data_path=p["data_path"],
-        cpu_copy_cores=p["cpu_copy_cores"],
-        cpu_copy_bw_per_core=p["cpu_copy_gb_s_per_core"] * 1e9,
-        storage_lifetime_s=p["storage_lifetime_years"] * YEAR_S,
-        electricity_usd_per_j=p["electricity_usd_per_kwh"] / 3.6e6,
-        pue=p["pue"],
-        gpus_per_pcie_switch=p.get("gpus_per_pcie_switch", 1),
-        write_amplification=p.get("write_amplification", 1.0),
-        mixed_interference=p.get("mixed_interference", 0.0),
-        nvme_dwpd=p.get("nvme_dwpd"),
-        qlc_dwpd=p.get("qlc_dwpd"),
-        nvme_write_bw=p["nvme_write_gb_s"] * 1e9 if "nvme_write_gb_s" in p else None,
-    ).validate()
+@dataclass(frozen=True)
+class Workload:
+    """The requests replayed: the trace, how much of it, how fast."""
+
+    trace: str
+    trace_requests: int
+    load_scale: float
 
 
-def economics(p: dict, d):
-    """The :class:`~analysis.tiering.replay.Economics` of a chapter's parameters."""
-    from .replay import Economics
-    from .tiers import gpu_usd_per_s
+@dataclass(frozen=True)
+class Hardware:
+    """One prefill instance: the model it serves, its GPUs and how well they are used."""
 
-    gpu_s = gpu_usd_per_s(d, p["gpu_cost_basis"], p["gpu_rent_usd_per_hour"] / 3600.0)
-    return Economics(
-        gpu_s, p["slo_ttft_s"], p["attainment_target"], p["load_scale"], p.get("chunk_tokens", 0)
-    )
+    model: str
+    gpu: str
+    tp: int
+    gpus_per_pcie_switch: int
+    kv_dtype: str
+    compute_eff: float
+    bw_eff: float
+    hbm_cache_fraction: float
 
 
-def check_against_trace(p: dict, trace) -> None:
-    """Checks that need the trace, run as soon as it is read (before any simulation): the routing
-    study's cluster sizes must not exceed the trace's requests."""
-    from .cluster import check
+@dataclass(frozen=True)
+class Tiers:
+    """The capacity tiers of an instance and the path their bytes take."""
 
-    too_big = [n for n in p.get("routing_instances", []) if n > trace.n_requests]
-    if too_big:
-        raise ValueError(
-            f"routing_instances {too_big} exceed the trace's {trace.n_requests} requests "
-            f"(trace_requests = {p.get('trace_requests')}): use at most {trace.n_requests} "
-            f"instances"
-        )
-    for pol in p.get("routing_policies", []):
-        check(trace, 1, pol, 0)
+    local_dram_gb: float
+    cxl_devices: int
+    pool_nodes: int
+    pool_gb_per_node: float
+    nics_per_instance: int
+    nvme_drives: int
+    qlc_drives: int
+    ai_ssd_drives: int
+    ai_ssd_bits: int
+    data_path: str
+    cpu_copy_cores: int
+    cpu_copy_gb_s_per_core: float
+
+
+@dataclass(frozen=True)
+class Prices:
+    """What GPUs, memory, drives and energy cost."""
+
+    price_date: str
+    gpu_rent_usd_per_hour: float
+    gpu_cost_basis: str
+    dram_usd_per_gb: float
+    cxl_usd_per_gb: float
+    nvme_usd_per_tb: float
+    qlc_usd_per_tb: float
+    ai_ssd_usd_per_tb: float
+    electricity_usd_per_kwh: float
+    pue: float
+    storage_lifetime_years: float
+
+
+@dataclass(frozen=True)
+class Endurance:
+    """The write path: amplification, drive endurance and write bandwidth, read/write interference."""
+
+    write_amplification: float
+    nvme_dwpd: float
+    qlc_dwpd: float
+    nvme_write_gb_s: float
+    mixed_interference: float
+
+
+@dataclass(frozen=True)
+class Service:
+    """The service-level objective and how the cluster is sized and batched for it."""
+
+    slo_ttft_s: float
+    attainment_target: float
+    chunk_tokens: int
+    max_instances: int
+
+
+@dataclass(frozen=True)
+class Routing:
+    """The routed cluster study."""
+
+    routing_policies: list
+    routing_instances: list
+    routing_load_scales: list
+    routing_config: str
+    routing_load_slack_s: float
+    affinity_blocks: int
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The admission and eviction study (libCacheSim)."""
+
+    admission_runs: list
+    admission_capacities_mtok: list
+    admission_tier: str
+
+
+@dataclass(frozen=True)
+class Studies:
+    """The grids of the chapter's other studies: generalisation, policies, break-even, tornado, endurance."""
+
+    models_grid: list
+    gpus_grid: list
+    prefix_tokens: int
+    configs: list
+    policies: list
+    policy_capacities_mtok: list
+    breakeven_prices_usd_per_tb: list
+    breakeven_bw_gb_s: list
+    tornado_config: str
+    endurance_dwpd_grid: list
+
+
+@dataclass(frozen=True)
+class TieringConfig:
+    """Chapter 2's parameters, typed and grouped: ``SCHEMA.config(values)``."""
+
+    workload: Workload
+    hardware: Hardware
+    tiers: Tiers
+    prices: Prices
+    endurance: Endurance
+    service: Service
+    routing: Routing
+    admission: Admission
+    studies: Studies
+
+
+SCHEMA = register(Schema("02_ssd_offload", PARAMS, config=TieringConfig))
+PARAMS = SCHEMA
