@@ -12,6 +12,7 @@ from analysis import data, forward, kv
 from analysis.compose import decide, fidelity, pipeline
 from analysis.compose.fidelity import KVPolicy
 from analysis.compose.pipeline import ReuseCurve, Scenario
+from analysis.disagg import devices
 from analysis.specs import model as _model
 from analysis.tiering import tiers
 
@@ -33,19 +34,30 @@ def _dep(s, tp, hbm_cache=True):
     return d if hbm_cache else d.replace(hbm_cache_fraction=0.0)
 
 
-def _ratio(s, tl, tp):
-    """Prefill service time with the realised hits / without (closed form of chapter 2's rule)."""
+def _ratio(s, tl, u):
+    """Prefill service time with the realised hits / without (closed form of chapter 2's rule), the
+    prefill passes timed by the one time model on the plan unit ``u``'s own configuration as chapter 3
+    priced it: its tensor-parallel degree, its (attention side's) data-parallel ranks, the prompts a
+    prefill pool batches per pass and its micro-batches; chapter 3's device and efficiencies; the
+    policy's on-device KV bytes."""
     I = float(s.input_tokens)
     edges = np.cumsum([t.capacity_tokens for t in tl])
     frac = REUSE.at(edges, I)
     per = s.hit_rate * np.diff(np.concatenate([[0.0], frac])) * I
     H = min(per.sum(), I - 1)
-    # prefill timed by the one time model, as chapter 2's replay times it (bf16, chapter 2's compute_eff)
-    eff = forward.Efficiency().replace(compute=s.tiers.compute_eff)
-    c0 = float(forward.prefill_time(s.model, s.gpu, I, 0, tp=tp, eff=eff))
-    ch = float(forward.prefill_time(s.model, s.gpu, I - H, H, tp=tp, eff=eff))
-    load = sum(h * t.bytes_per_token / t.bandwidth + t.latency_s for h, t in zip(per, tl)
-               if h > 0 and math.isfinite(t.bandwidth))
+    n = u["size"] if "size" in u else u["n_a"]
+    pool = "pbatch" in u
+    seqs, m = (u["pbatch"], u.get("ovl", 1.0)) if pool else (1.0, 1.0)
+    prec = forward.Precision(kv_bytes=2.0 * s.policy.hot_ratio)
+
+    def pass_s(new, prefix):
+        return float(forward.colocated_pass_time(
+            forward.shape(s.model), prec, forward.Efficiency(), devices.device(s.gpu), tp=u["tp"],
+            dp=n / u["tp"], microbatches=m, pre_seqs=seqs, pre_len=new, pre_prefix=prefix))
+
+    c0, ch = pass_s(I, 0.0), pass_s(I - H, H)
+    load = seqs * sum(h * t.bytes_per_token / t.bandwidth + t.latency_s for h, t in zip(per, tl)
+                      if h > 0 and math.isfinite(t.bandwidth))
     return (max(ch, load) + min(ch, load) / _model(s.model).n_layers) / c0, H / I
 
 
@@ -58,7 +70,7 @@ def test_pd_with_reuse_recall_and_cold_copies_term_by_term():
     I, O = float(s.input_tokens), float(s.output_tokens)
     tp_p = int(up["size"])
     tl = tiers.build_tiers("dram", _dep(s, tp_p))
-    ratio, h = _ratio(s, tl, tp_p)
+    ratio, h = _ratio(s, tl, up)
     assert 0 < ratio < 1 and h > 0
     # TTFT: the plan's, scaled by the prefill ratio
     assert r.ttft_s == pytest.approx(p.ttft_s * ratio, rel=1e-12)
@@ -97,7 +109,7 @@ def test_colocated_prefill_share_scales_tpot_and_device_time():
     I, O = float(s.input_tokens), float(s.output_tokens)
     tp = int(u["size"])
     tl = tiers.build_tiers("dram", _dep(s, tp, hbm_cache=False))  # no prefix cache in a colocated HBM
-    ratio, _ = _ratio(s, tl, tp)
+    ratio, _ = _ratio(s, tl, u)
     B, K, x, t = u["batch"], u["chunk"], u["interference"], u["tpot"]
     f = B * I / (O * K)
     share = f * (x - 1) * (t / (f * x + 1 - f)) / t
@@ -176,7 +188,7 @@ def test_split_units_prefill_share_and_tiers_per_instance_second(mode):
     I, O = float(s.input_tokens), float(s.output_tokens)
     tp = int(u["n_a"])
     tl = tiers.build_tiers("dram", _dep(s, tp, hbm_cache=(mode != "AF")))
-    ratio, _ = _ratio(s, tl, tp)
+    ratio, _ = _ratio(s, tl, u)
     share = u["prefill_share"]
     factor = 1 - share + share * ratio
     assert (0 < share < 1) if mode == "AF" else share == 1.0
