@@ -659,7 +659,8 @@ def _named_shape(name: str) -> Shape:
     return shape(name)
 
 
-def _shape_of(model) -> Shape:
+def shape_of(model) -> Shape:
+    """The :class:`Shape` of a model name (memoised), spec or shape."""
     if isinstance(model, Shape):
         return model
     return _named_shape(model) if isinstance(model, str) else shape(model)
@@ -684,7 +685,7 @@ def prefill_time(model, gpu, n_new, prefix=0.0, *, tp=1, seqs=1.0, prec: Precisi
     if np.any(n_new < 0):
         raise ValueError("n_new must be >= 0 tokens")
     d = instance_device(gpu, prec) if dev is None else dev
-    t = colocated_pass_time(_shape_of(model), prec, eff, d, tp=float(tp), dp=1.0, pre_seqs=seqs,
+    t = colocated_pass_time(shape_of(model), prec, eff, d, tp=float(tp), dp=1.0, pre_seqs=seqs,
                             pre_len=n_new, pre_prefix=np.asarray(prefix, dtype=float))
     return np.asarray(t, dtype=float)
 
@@ -694,7 +695,7 @@ def decode_step_time(model, gpu, context, *, tp=1, seqs=1.0, prec: Precision = P
     """Seconds of one decode step of ``seqs`` sequences that each hold ``context`` tokens, on one
     instance of ``tp`` GPUs (the same pass as :func:`prefill_time`, one new token per sequence)."""
     d = instance_device(gpu, prec) if dev is None else dev
-    t = colocated_pass_time(_shape_of(model), prec, eff, d, tp=float(tp), dp=1.0, dec_seqs=seqs,
+    t = colocated_pass_time(shape_of(model), prec, eff, d, tp=float(tp), dp=1.0, dec_seqs=seqs,
                             dec_ctx=np.asarray(context, dtype=float))
     return np.asarray(t, dtype=float)
 

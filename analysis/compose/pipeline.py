@@ -18,10 +18,11 @@ For a :class:`Scenario` (SI units):
    (``tiering.lru_hit_curve``), rescaled to the map's ``hit_rate`` (the hit rate of an unbounded
    cache) and to the context length (prefixes ``I / mean input`` times longer need that many times
    the capacity). The realised hit tokens of each tier shorten the
-   prefill: compute of the ``I - H`` new tokens after ``H`` cached ones (the one time model, priced
-   as chapter 2's replay prices it: ``tiering.prefill.prefill_time`` on the tier deployment of an
-   instance of the plan's prefill unit), overlapped layer by layer with the tier loads (the one
-   overlap rule, ``forward.layerwise_overlap``: ``max(c, l) + min(c, l) / layers``). The prefill
+   prefill: compute of the ``I - H`` new tokens after ``H`` cached ones, timed by the one time model
+   (:mod:`analysis.forward`) on the plan's own prefill configuration as chapter 3 priced it (the
+   unit's tensor and data parallelism, prompts per pass, device, efficiencies and precision:
+   :func:`prefill_pass_time`), overlapped layer by layer with the tier loads (the one overlap rule,
+   ``forward.layerwise_overlap``: ``max(c, l) + min(c, l) / layers``). The prefill
    share of the plan's device time and TTFT are scaled by that ratio (*adapter*: the plan itself is
    held fixed, so the cost is an upper bound of a re-optimised plan).
 3. **KV policy** (chapter 4): exact copies of quantized windows (QEvict with recall) live in the
@@ -74,7 +75,6 @@ from ..disagg import search
 from ..forward import Precision
 from ..specs import ModelSpec
 from ..specs import model as _model
-from ..tiering import prefill as _prefill
 from ..tiering import tiers as _tiers
 from .fidelity import KVPolicy
 
@@ -307,27 +307,57 @@ def tier_deployment(s: Scenario, tp: int) -> _tiers.Deployment:
     return _tier_deployment(s.tiers, s.model, s.gpu, int(tp))
 
 
-def prefill_ratio(s: Scenario, tiers, tp: int, reuse: ReuseCurve) -> tuple[float, float]:
-    """(prefill service time with the realised prefix hits / without, realised hit rate)."""
+def prefill_config(unit) -> tuple[float, float, float, float]:
+    """``(tp, dp, prompts per pass, micro-batches)`` of the prefill passes of a plan unit, as chapter 3
+    priced them: the unit's tensor-parallel degree, its instance's data-parallel ranks, the prompts a
+    prefill pool batches per pass (``pbatch``; one prompt otherwise, split over the ranks by context
+    parallelism) and the pool's micro-batches. A split unit is timed as its attention side holding
+    the FFN too (one micro-batch): an approximation of its ratio, not of its time. An int ``n``
+    stands for one prompt on an instance of ``n`` GPUs in one tensor-parallel group."""
+    if not isinstance(unit, dict):
+        return float(unit), 1.0, 1.0, 1.0
+    tp = float(unit["tp"])
+    pool = "pbatch" in unit
+    return (tp, _instance_gpus(unit) / tp, float(unit["pbatch"]) if pool else 1.0,
+            float(unit.get("ovl", 1.0)) if pool else 1.0)
+
+
+def prefill_ratio(s: Scenario, tiers, unit, reuse: ReuseCurve) -> tuple[float, float]:
+    """(prefill service time with the realised prefix hits / without, realised hit rate) of the plan
+    unit ``unit`` that runs the prefill (:func:`prefill_config`)."""
     if s.hit_rate == 0:
         return 1.0, 0.0
     sig = tuple((t.capacity_tokens, t.bandwidth, t.bytes_per_token, t.latency_s) for t in tiers)
-    return _prefill_ratio(tier_deployment(s, tp), float(s.input_tokens), float(s.hit_rate), sig, reuse)
+    return _prefill_ratio(s.model, s.gpu, float(s.policy.hot_ratio), float(s.transfer_overhead),
+                          prefill_config(unit), float(s.input_tokens), float(s.hit_rate), sig, reuse)
+
+
+def prefill_pass_time(model, gpu: str, hot_ratio: float, transfer_overhead: float, config, new_tokens,
+                      prefix_tokens) -> float:
+    """Seconds of one prefill pass of the plan's configuration ``config`` (:func:`prefill_config`)
+    computing ``new_tokens`` per prompt after ``prefix_tokens`` cached ones: the one time model with
+    chapter 3's device, efficiencies and the plan's precision, as the plan itself was priced."""
+    tp, dp, seqs, m = config
+    dev = hardware(gpu, transfer_overhead)["C"][0]
+    return float(fw.colocated_pass_time(fw.shape_of(model), precision(hot_ratio), fw.Efficiency(),
+                                        _devices.device(dev), tp=tp, dp=dp, microbatches=m, pre_seqs=seqs,
+                                        pre_len=new_tokens, pre_prefix=prefix_tokens))
 
 
 @functools.lru_cache(maxsize=65536)
-def _prefill_ratio(d: _tiers.Deployment, I, hit_rate, sig, reuse):
+def _prefill_ratio(model, gpu, hot_ratio, transfer_overhead, config, I, hit_rate, sig, reuse):
     edges = np.cumsum([c for c, *_ in sig])
     frac = reuse.at(edges, I)
     per_tier = hit_rate * np.diff(np.concatenate([[0.0], frac])) * I  # hit tokens served by each tier
     H = min(float(per_tier.sum()), I - 1.0)
     if H <= 0:
         return 1.0, 0.0
-    c0 = float(_prefill.prefill_time(d, I, 0.0))
-    ch = float(_prefill.prefill_time(d, I - H, H))
-    load = sum(h * bpt / bw + lat for h, (_, bw, bpt, lat) in zip(per_tier, sig)
-               if h > 0 and math.isfinite(bw))
-    svc = float(fw.layerwise_overlap(ch, load, _model(d.model).n_layers))
+    c0 = prefill_pass_time(model, gpu, hot_ratio, transfer_overhead, config, I, 0.0)
+    ch = prefill_pass_time(model, gpu, hot_ratio, transfer_overhead, config, I - H, H)
+    # the instance's tiers serve the prefixes of every prompt of the pass
+    load = config[2] * sum(h * bpt / bw + lat for h, (_, bw, bpt, lat) in zip(per_tier, sig)
+                           if h > 0 and math.isfinite(bw))
+    svc = float(fw.layerwise_overlap(ch, load, _model(model).n_layers))
     return svc / c0, H / I
 
 
@@ -431,7 +461,7 @@ def _evaluate(s: Scenario, reuse: ReuseCurve | None, overlap: bool) -> Result:
     tiers = _tier_list(s.layout, dp_)
     if s.hit_rate > 0 and reuse is None:
         reuse = reuse_curve_from_trace()
-    r, h_real = prefill_ratio(s, tiers, tp_p, reuse) if s.hit_rate > 0 else (1.0, 0.0)
+    r, h_real = prefill_ratio(s, tiers, up, reuse) if s.hit_rate > 0 else (1.0, 0.0)
     prefix_write_usd_per_req = 0.0
     if s.hit_rate > 0 and getattr(s.recall_model, "charge_writes", False):
         # the prefix cache's demotions: wear, and drive time taken from the loads (one pass: the
@@ -442,8 +472,9 @@ def _evaluate(s: Scenario, reuse: ReuseCurve | None, overlap: bool) -> Result:
         if any(k < 1 for k in keep) or any(x < 1 for x in admit):
             sig = tuple((t.capacity_tokens * x, t.bandwidth * k, t.bytes_per_token, t.latency_s)
                         for t, k, x in zip(tiers, keep, admit))
-            r, h_real = _prefill_ratio(tier_deployment(s, tp_p), float(s.input_tokens), float(s.hit_rate),
-                                       sig, reuse)
+            r, h_real = _prefill_ratio(s.model, s.gpu, float(s.policy.hot_ratio), float(s.transfer_overhead),
+                                       prefill_config(up), float(s.input_tokens), float(s.hit_rate), sig,
+                                       reuse)
     ttft = p.ttft_s * r
     if r != 1.0 and both:
         share = up["prefill_share"]                 # prefill share of the unit's device time (chapter 3)
