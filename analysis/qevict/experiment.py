@@ -8,12 +8,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..cache import cached
+from . import tuning
 from .config import policy_config  # also imported from here by the keyed longrun.py
-from .corpora import load_document
-from .gguf_model import load_model
+from .corpora import load_document, module_source
+from .gguf_model import LlamaModel, gguf_path, load_model
 from .metrics import document_drift, global_lir, summarize_run, tier_bytes_table
 from .params import QEvictConfig
-from .runner import run_document_cached
+from .runner import file_sha256, run_document_cached
 from .tokenizer import load_tokenizer
 
 
@@ -26,7 +28,7 @@ class Experiment:
     lir: pd.DataFrame
     seconds: float
     timings: list = field(default_factory=list)
-    drift: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row per document (issue 14)
+    drift: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row per document
     tuned: dict | None = None  # the frozen settings used, or None (hand-set knobs)
 
     def tier_bytes(self) -> pd.DataFrame:
@@ -47,8 +49,6 @@ def run_experiment(c: QEvictConfig, *, verbose: bool = False) -> Experiment:
     P, D = w.prefill_tokens, w.decode_tokens
     tuned, over = None, None
     if k.tuned_settings != "none":
-        from . import tuning
-
         tuned = tuning.load(k.tuned_settings)
         over = tuning.overrides(tuned, pcfg, k.policies, k.budgets)
     docs, results, rows, lirs, timings, drifts = [], [], [], [], [], []
@@ -85,8 +85,6 @@ def run_experiment(c: QEvictConfig, *, verbose: bool = False) -> Experiment:
             )
         )
     if tuned is not None:
-        from .tuning import check_disjoint
-
         tdocs = {}
         for spec in tuned["tuning_documents"]:
             tP, tD = tuned["prefill_tokens"], tuned["decode_tokens"]
@@ -99,7 +97,7 @@ def run_experiment(c: QEvictConfig, *, verbose: bool = False) -> Experiment:
                 n_queries=w.n_queries,
                 seed=w.seed,
             ).tokens
-        check_disjoint(tdocs, {d.spec: d.tokens for d in docs})
+        tuning.check_disjoint(tdocs, {d.spec: d.tokens for d in docs})
     summary = pd.concat(rows, ignore_index=True)
     summary.insert(1, "genre", summary.document.str.split(":").str[0])
     return Experiment(
@@ -125,12 +123,6 @@ def layout_check(module: str = "argparse", n_tokens: int = 1024) -> dict:
     """Perplexity of the first ``n_tokens`` tokens of a standard-library module's source with the
     Q/K rows un-permuted (right) and left in llama.cpp's interleaved order under rotate-half RoPE
     (wrong).  Cached on disk."""
-    from analysis.cache import cached
-
-    from .corpora import module_source
-    from .gguf_model import LlamaModel, gguf_path
-    from .runner import file_sha256
-
     tok = load_tokenizer()
     ids = tok.encode(module_source(module))[:n_tokens]
 

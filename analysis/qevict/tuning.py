@@ -23,12 +23,21 @@ import itertools
 import json
 import platform
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
+from ..artifacts import code_hash, trace_read
+from .config import policy_config
+from .corpora import load_document
+from .gguf_model import load_model
+from .params import SCHEMA
 from .policies import PolicyConfig
+from .runner import run_document_cached
+from .tokenizer import load_tokenizer
 
 SEARCH_SPACE = {
     "full_share": [0.25, 0.5, 0.75],
@@ -79,12 +88,6 @@ def check_disjoint(tuning_docs: dict, eval_docs: dict, k: int = 32) -> None:
 def search(params: dict, tuning_documents=TUNING_DOCUMENTS, n_candidates: int = 6, seed: int = 0,
            verbose: bool = False) -> dict:
     """Run the search with chapter 4's parameters ``params`` (lengths, budgets, window, defaults)."""
-    from .corpora import load_document
-    from .experiment import policy_config
-    from .gguf_model import load_model
-    from .runner import run_document_cached
-    from .tokenizer import load_tokenizer
-
     model, tok = load_model(), load_tokenizer()
     base = policy_config(params)
     P, D, budgets = params["prefill_tokens"], params["decode_tokens"], [float(b) for b in params["budgets"]]
@@ -109,8 +112,6 @@ def search(params: dict, tuning_documents=TUNING_DOCUMENTS, n_candidates: int = 
                              **cands[p][i]))
         if verbose:
             print(f"{spec}: {time.perf_counter() - t0:.0f} s", flush=True)
-    import pandas as pd
-
     t = pd.DataFrame(rows)
     t["log_kl"] = np.log(t.kl + 1e-6)
     score = t.groupby(["policy", "budget", "candidate"], as_index=False).log_kl.mean()
@@ -164,8 +165,6 @@ def load(path: str | Path = DEFAULT_PATH) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"no tuned settings at {path}; run the search first: "
                                 f"python -m analysis.qevict.tuning --out {path}")
-    from analysis.artifacts import trace_read
-
     trace_read(path)
     return json.loads(path.read_text())
 
@@ -182,8 +181,6 @@ DEPENDS_ON = ("analysis/qevict/policies.py", "analysis/qevict/quant.py", "analys
 
 
 def _inputs(doc_sha: dict) -> dict:
-    from analysis.artifacts import code_hash
-
     return dict(modules=list(DEPENDS_ON_MODULES), code_hash=code_hash(DEPENDS_ON_MODULES),
                 documents=dict(doc_sha))
 
@@ -191,11 +188,7 @@ def _inputs(doc_sha: dict) -> dict:
 def document_hashes(tuning_documents, prefill_tokens: int, decode_tokens: int) -> dict:
     """{spec: sha256 of its tokens} of the tuning documents as :func:`search` loads them now (chapter
     4's defaults for the needle count, questions and seed)."""
-    from .corpora import load_document
-    from .params import PARAMS
-    from .tokenizer import load_tokenizer
-
-    p = {k: v.default for k, v in PARAMS.items()}
+    p = {k: v.default for k, v in SCHEMA.items()}
     tok = load_tokenizer()
     P, D = int(prefill_tokens), int(decode_tokens)
     out = {}
@@ -221,8 +214,6 @@ def stale_reasons(tuned: dict) -> list[str] | None:
         out.append("the tuning documents changed")
     inputs = tuned.get("inputs")
     if inputs is not None:
-        from analysis.artifacts import code_hash
-
         missing = set(DEPENDS_ON_MODULES) - set(inputs.get("modules", []))
         if missing:
             out.append(f"the recorded inputs do not cover {', '.join(sorted(missing))}")
@@ -262,23 +253,19 @@ def overrides(tuned: dict, base: PolicyConfig, policies, budgets) -> dict:
 
 
 def main(argv=None):
-    from .params import PARAMS
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=DEFAULT_PATH)
     ap.add_argument("--candidates", type=int, default=6)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--prefill", type=int, default=PARAMS["prefill_tokens"].default)
-    ap.add_argument("--decode", type=int, default=PARAMS["decode_tokens"].default)
-    ap.add_argument("--window", type=int, default=PARAMS["window_tokens"].default)
+    ap.add_argument("--prefill", type=int, default=SCHEMA["prefill_tokens"].default)
+    ap.add_argument("--decode", type=int, default=SCHEMA["decode_tokens"].default)
+    ap.add_argument("--window", type=int, default=SCHEMA["window_tokens"].default)
     ap.add_argument("--documents", nargs="*", default=TUNING_DOCUMENTS)
     a = ap.parse_args(argv)
-    p = {k: v.default for k, v in PARAMS.items()}
+    p = {k: v.default for k, v in SCHEMA.items()}
     p.update(prefill_tokens=a.prefill, decode_tokens=a.decode, window_tokens=a.window,
              group_size=min(p["group_size"], a.window), snap_obs_tokens=min(p["snap_obs_tokens"], a.window))
     res = search(p, a.documents, a.candidates, a.seed, verbose=True)
-    import sys
-
     cmd = "python -m analysis.qevict.tuning " + " ".join(argv if argv is not None else sys.argv[1:])
     print(write(res, a.out, cmd.strip()))
 
