@@ -1,0 +1,625 @@
+"""Chapter 2's tables, derived numbers and verdicts (``book/02_ssd_offload.md``): the chapter calls
+these, glues and plots (figures in :mod:`analysis.tiering.figures`). Each function takes the objects
+the chapter already holds (trace, hit curve, deployment, economics, replay outcomes) and returns a
+table or a dict of the values the prose quotes."""
+from __future__ import annotations
+
+import time
+from functools import partial
+
+import numpy as np
+import pandas as pd
+
+from .. import claims, data, kv, specs, traces
+from . import admission as adm
+from . import cluster as cl
+from . import endurance as endu
+from . import loadcompute as lc
+from . import policies as pol
+from . import replay as rp
+from . import tiers as tiering
+from .hitcurve import lru_hit_curve
+
+TABLE2 = {"mooncake_conversation": "conversation", "mooncake_toolagent": "toolagent",
+          "mooncake_synthetic": "synthetic"}
+NONE_PUBLISHED = "none published"
+
+
+def _lookup(table, _name, key):
+    """``recompute(name, value)`` of a verdict whose assumption selects a precomputed value."""
+    return table[key]
+
+
+def timed_hit_curve(trace):
+    """The one-pass LRU hit curve of ``trace`` and the seconds it took."""
+    t0 = time.perf_counter()
+    hc = lru_hit_curve(trace)
+    return hc, time.perf_counter() - t0
+
+
+def load(trace: str, trace_requests: int = 0):
+    """The chapter's trace: ``trace`` (registered name or path), its first ``trace_requests`` requests
+    when that is positive."""
+    tr = traces.load_trace(trace)
+    return tr.head(trace_requests) if trace_requests else tr
+
+
+def trace_summary_table(tr) -> pd.DataFrame:
+    s = tr.summary()
+    return pd.DataFrame([{
+        "requests": f"{s['requests']:,}", "block accesses": f"{s['blocks']:,}",
+        "distinct blocks": f"{s['unique_blocks']:,}", "input tokens": f"{s['input_tokens']:,}",
+        "mean input (tokens)": f"{s['mean_input_tokens']:,.0f}",
+        "mean output (tokens)": f"{s['mean_output_tokens']:,.0f}",
+        "duration": f"{s['duration_s'] / 60:,.1f} min"}], index=[tr.name]).rename_axis("trace").reset_index()
+
+
+def cache_ratio(trace: str, tr, hc) -> dict:
+    """Mooncake's Table 2 against this trace: the cache ratio token-weighted (the declared weighting),
+    as a mean over requests and block-weighted; the verdicts (declared and mean over requests); the
+    table; the trace as recognised."""
+    setting_trace, recognised_by = traces.recognise(trace)
+    pub = {}
+    if setting_trace in TABLE2:
+        pub = {k: data.published(f"mooncake_table2_{TABLE2[setting_trace]}_{k}")["value"]
+               for k in ("requests", "avg_input", "avg_output", "cache_ratio")}
+    per_req = hc.per_request_hit_tokens(np.inf) / np.maximum(tr.input_tokens, 1)
+    ratio = {"token": hc.infinite_token_hit_rate, "request": float(per_req.mean()),
+             "block": hc.infinite_block_hit_rate}
+    setting = {"trace": setting_trace}
+    verdict = claims.evaluate("ch2_table2_cache_ratio", ratio["token"], setting=setting,
+                              recompute=partial(_lookup, ratio))
+    req_verdict = claims.evaluate("ch2_table2_cache_ratio", ratio["request"], setting=setting).verdict
+    s = tr.summary()
+    none = NONE_PUBLISHED
+    table = pd.DataFrame([
+        {"quantity": "requests", "Mooncake Table 2": f"{pub['requests']:,.0f}" if pub else none,
+         "this trace": f"{s['requests']:,}"},
+        {"quantity": "mean input (tokens)", "Mooncake Table 2": f"{pub['avg_input']:,.0f}" if pub else none,
+         "this trace": f"{s['mean_input_tokens']:,.1f}"},
+        {"quantity": "mean output (tokens)", "Mooncake Table 2": f"{pub['avg_output']:,.0f}" if pub else none,
+         "this trace": f"{s['mean_output_tokens']:,.1f}"},
+        {"quantity": "cache ratio (%), token-weighted (declared)",
+         "Mooncake Table 2": f"{pub['cache_ratio']:.0%}" if pub else none,
+         "this trace": f"{ratio['token']:.1%}"},
+        {"quantity": "cache ratio (%), mean over requests", "Mooncake Table 2": "(weighting not stated)",
+         "this trace": f"{ratio['request']:.1%}"},
+        {"quantity": "cache ratio (%), block-weighted", "Mooncake Table 2": "(weighting not stated)",
+         "this trace": f"{ratio['block']:.1%}"},
+    ])
+    label = f"{setting_trace} ({recognised_by})" if setting_trace else recognised_by
+    published_glue = ((pub["cache_ratio"], "{:.0%}") if pub
+                      else (f"none (no published figure for {tr.name})", None))
+    return {"setting_trace": setting_trace, "recognised_by": recognised_by, "label": label, "published": pub,
+            "published_glue": published_glue,
+            "ratio": ratio, "verdict": verdict, "request_verdict": req_verdict, "table": table,
+            "weighting": claims.rule("ch2_table2_cache_ratio")["weighting"]}
+
+
+def hit_curve(tr, hc, dep, policy_capacities_mtok, policies) -> dict:
+    """The hit-rate curve's samples (token- and block-weighted, 400 capacities), the other policies at
+    their sampled capacities, Mooncake's two reference capacities, the curve's saturation points and
+    the HBM left for KV on one instance (tokens)."""
+    caps_tok = np.geomspace(tr.block_size, 4 * hc.n_distinct * tr.block_size, 400)
+    pcaps = sorted({max(1, int(c * 1e6 / tr.block_size)) for c in policy_capacities_mtok})
+    return {
+        "caps_tok": caps_tok, "curve_tok": hc.token_hit_rate_at_tokens(caps_tok),
+        "curve_blk": hc.block_hit_rate(np.floor(caps_tok / tr.block_size)),
+        "policies": pd.DataFrame(pol.policy_curve(tr, pcaps, tuple(policies))),
+        "local_dram": data.published("mooncake_local_dram_tokens")["value"],
+        "sat_pub": data.published("mooncake_saturation_tokens")["value"],
+        "sat99": hc.capacity_for_fraction(0.99) * tr.block_size,
+        "sat100": hc.saturation_blocks * tr.block_size,
+        "hbm_tok": tiering.hbm_cache_tokens(dep),
+    }
+
+
+def lru_example(tr, hc) -> str:
+    """Worked example of the stack-distance criterion: the first request whose first three blocks
+    were seen before (first uses carry ``n_distinct + 1``) with distinct running maxima, and a fourth
+    block."""
+    cand = [i for i in np.flatnonzero(np.diff(tr.offsets) >= 4)
+            if hc.run_max[tr.offsets[i] + 2] <= hc.n_distinct
+            and len(set(hc.run_max[tr.offsets[i]:tr.offsets[i] + 3])) >= 2]
+    if not cand:
+        return "no request of this trace has four previously seen leading blocks"
+    o = tr.offsets[cand[0]]
+    d_ex, m_ex = hc.distance[o:o + 4].astype(int), hc.run_max[o:o + 4].astype(int)
+    show = [f"{x:,}" if x <= hc.n_distinct else "∞ (first use)" for x in d_ex]
+    c_ex = int(m_ex[0])
+    m_show = [f"{x:,}" if x <= hc.n_distinct else "∞" for x in m_ex]
+    return (f"request {cand[0]:,} has stack distances d = ({', '.join(show)}) for its first "
+            f"four blocks, so m = ({', '.join(m_show)}); an LRU "
+            f"cache of C = {c_ex:,} blocks serves its first {int((m_ex <= c_ex).sum())} block(s) and one of "
+            f"C = {int(m_ex[2]):,} its first {int((m_ex <= m_ex[2]).sum())}")
+
+
+def _saturation_at(hc, block_size, _name, fraction):
+    return hc.capacity_for_fraction(fraction) * block_size
+
+
+def saturation(tr, hc, h: dict, setting_trace) -> dict:
+    """Hit rates at Mooncake's capacities and at the HBM left for KV, the saturation verdicts (Figure
+    9), the share of single-use blocks and Belady's rate at its smallest sampled capacity (``None``
+    when Belady was not simulated). ``h``: :func:`hit_curve`."""
+    local_dram, sat_pub, sat99 = h["local_dram"], h["sat_pub"], h["sat99"]
+    setting = {"trace": setting_trace}
+    frac_3m = {"token": float(hc.token_hit_rate_at_tokens(local_dram) / hc.infinite_token_hit_rate),
+               "block": float(hc.block_hit_rate(np.floor(local_dram / tr.block_size))
+                              / hc.infinite_block_hit_rate)}
+    out = {
+        "hit_at_3m": float(hc.token_hit_rate_at_tokens(local_dram)),
+        "hit_at_50m": float(hc.token_hit_rate_at_tokens(sat_pub)),
+        "hit_at_hbm": float(hc.token_hit_rate_at_tokens(h["hbm_tok"])),
+        "frac_at_3m": frac_3m["token"],
+        "sat99_diff": sat99 / sat_pub - 1,
+        "single_use": tr.single_use_share(),
+        "fig9": claims.evaluate("ch2_fig9_saturation", sat99, setting=setting,
+                                recompute=partial(_saturation_at, hc, tr.block_size)),
+        "fig9_3m": claims.evaluate("ch2_fig9_local_dram", frac_3m["token"], setting=setting,
+                                   recompute=partial(_lookup, frac_3m)),
+        "belady": None,
+    }
+    prow = h["policies"]
+    if "belady" in set(prow["policy"]):
+        b = prow[prow.policy == "belady"].sort_values("capacity_blocks").iloc[0]
+        out["belady"] = {"capacity_tokens": b["capacity_blocks"] * tr.block_size, "rate": b["token_hit_rate"],
+                         "lru_rate": float(hc.token_hit_rate(b["capacity_blocks"]))}
+    out["belady_glue"] = belady_glue(out["belady"])
+    return out
+
+
+def belady_glue(b) -> dict:
+    """Glue arguments ``(value, format)`` of Belady's smallest sampled capacity, its hit rate and LRU's
+    there (``b``: :func:`saturation`'s ``belady``), or "not simulated"."""
+    if not b:
+        return {k: ("not simulated", None) for k in ("cap", "rate", "lru_rate")}
+    return {"cap": (b["capacity_tokens"] / 1e6, "{:.1f}M tokens"), "rate": (b["rate"], "{:.1%}"),
+            "lru_rate": (b["lru_rate"], "{:.1%}")}
+
+
+EQ2 = {"8xA800": ("A800-SXM4-80GB", "mooncake_eq2_a800"), "8xH800": ("H800-SXM5-80GB", "mooncake_eq2_h800")}
+
+
+def eq2() -> dict:
+    """Mooncake's Eq. 2 (LLaMA3-70B, 8,192-token prefix, 8 GPUs) at the declared compute efficiency,
+    at 0.5 and at 1.0; its verdict; the table against the published figures with the Eq. 1
+    coefficient each implies; the coefficient counted from the configuration; the worked example."""
+    eff = claims.rule("ch2_eq2")["sensitivity"][0]["default"]
+    at = {e: {k: lc.reuse_bandwidth_needed("Llama-3.1-70B", g, 8192, n_gpus=8, compute_eff=e) / 1e9
+              for k, (g, _) in EQ2.items()} for e in (eff, 0.5, 1.0)}
+    verdict = claims.evaluate("ch2_eq2", at[eff], recompute=partial(_lookup, at))
+    table = pd.DataFrame([
+        {"GPUs": k, "Mooncake (GB/s)": data.published(key)["value"], "this book (GB/s)": at[eff][k],
+         "difference (%)": at[eff][k] / data.published(key)["value"] - 1,
+         "at η = 0.5 (GB/s)": at[0.5][k],
+         "implied a·n/d + b": lc.implied_eq1_coefficient("Llama-3.1-70B", g, 8192,
+                                                         data.published(key)["value"] * 1e9, n_gpus=8)}
+        for k, (g, key) in EQ2.items()])
+    kv_bytes = kv.kv_bytes("Llama-3.1-70B", 8192, 1, "bf16")
+    return {"eff": eff, "at": at, "verdict": verdict, "table": table,
+            "coef": lc.our_eq1_coefficient("Llama-3.1-70B", 8192), "kv_bytes": kv_bytes,
+            "eq1_implied": float(table["implied a·n/d + b"].mean()),
+            "flops": float(kv.prefill_flops("Llama-3.1-70B", 8192)),
+            "time_s": float(kv_bytes) / (at[eff]["8xH800"] * 1e9),
+            "eff_why": claims.rule("ch2_eq2")["weighting"]}
+
+
+def requirement_pivot(models_grid, gpus_grid, prefix_tokens: int, kv_dtype: str,
+                      n_gpus: int = 8) -> pd.DataFrame:
+    """Load bandwidth (GB/s) that matches recomputing a ``prefix_tokens`` prefix, model x GPU."""
+    grid = pd.DataFrame(lc.requirement_grid(models_grid, gpus_grid, [prefix_tokens], n_gpus=n_gpus,
+                                            kv_dtype=kv_dtype))
+    piv = grid.pivot(index="model", columns="gpu", values="bandwidth_needed")
+    return piv.loc[models_grid, gpus_grid] / 1e9
+
+
+def requirement_extremes(piv: pd.DataFrame, bandwidth: float) -> dict:
+    """The largest and smallest requirement of :func:`requirement_pivot` (GB/s) and the share of
+    pairs that ``bandwidth`` (bytes/s) meets."""
+    pair = piv.stack()
+    return {"max_pair": f"{pair.idxmax()[0]} on {pair.idxmax()[1]}", "max": float(pair.max()),
+            "min_pair": f"{pair.idxmin()[0]} on {pair.idxmin()[1]}", "min": float(pair.min()),
+            "share_met": float((pair * 1e9 <= bandwidth).mean())}
+
+
+def tier_table(dep) -> pd.DataFrame:
+    """Every tier beyond HBM on both data paths: capacity, delivered bandwidth, KV token rate, bound,
+    cost per hour."""
+    rows = []
+    for path in ("gpu_direct", "cpu_bounce"):
+        dp = dep.replace(data_path=path)
+        for key in ("dram", "cxl", "pool", "nvme", "qlc", "ai_ssd"):
+            t = tiering.build_tier(key, dp)
+            rows.append({"data path": path, "tier": t.name, "capacity (M tokens)": t.capacity_tokens / 1e6,
+                         "delivered (GB/s stored)": t.bandwidth / 1e9, "KV tokens/s (M)": t.token_rate / 1e6,
+                         "bounded by": t.limit, "USD/h": t.usd_per_s * 3600})
+    return pd.DataFrame(rows)
+
+
+def recall_unit_bytes(model: str, kv_dtype: str, window_tokens: int = 32) -> float:
+    """Bytes of one recall unit: ``window_tokens`` tokens of one layer's K and V for one KV head."""
+    heads = max(specs.model(model).n_kv_heads, 1)
+    return window_tokens * kv.kv_bytes_per_token_layer(model, kv_dtype) / heads
+
+
+AI_SSD_DRIVES = ["Micron-9550-MAX-25.6TB", "Solidigm-D7-PS1010", "Solidigm-D5-P5336-122.88TB",
+                 "AI-SSD-STAR-seed"]
+
+
+def drive_sheet(drives=AI_SSD_DRIVES) -> pd.DataFrame:
+    """The datasheet figures of ``drives`` (sequential read, 4K random read, capacity, in-drive
+    compute) and whether they come from a public datasheet; indexed by device."""
+    hw = specs.hardware_table()
+    sub = hw[(hw.device.isin(drives)) & (hw.quantity.isin(["seq_read", "random_read_iops", "capacity",
+                                                           "in_drive_compute"]))]
+    sheet = sub.pivot_table(index="device", columns="quantity", values="si_value",
+                            aggfunc="first").reindex(drives)
+    src = sub.groupby("device")["estimate"].max().reindex(drives)
+    return pd.DataFrame({
+        "seq. read (GB/s)": sheet["seq_read"] / 1e9,
+        "4K random read (M IOPS)": sheet.get("random_read_iops") / 1e6,
+        "capacity (TB)": sheet["capacity"] / 1e12,
+        "in-drive compute (TOPS)": sheet.get("in_drive_compute") / 1e12,
+        "public datasheet": ["yes" if not e else "no: seed article's figures" for e in src],
+    })
+
+
+def gen5_published(sheet: pd.DataFrame) -> str:
+    """The PCIe Gen5 drives of ``sheet`` (:func:`drive_sheet`) with a public datasheet and their figures."""
+    hw = specs.hardware_table()
+    gen5 = set(hw[(hw.quantity == "interface_bandwidth") & (hw.si_value >= 15e9)].device)
+    pub = sheet[(sheet["public datasheet"] == "yes") & sheet.index.isin(gen5)]
+    parts = []
+    for dev, r in pub.iterrows():
+        iops = r["4K random read (M IOPS)"]
+        parts.append(f"{dev}: {r['seq. read (GB/s)']:g} GB/s" + (f", {iops:g}M IOPS" if iops == iops else ""))
+    return "; ".join(parts)
+
+
+def ai_ssd_verdicts(pl: dict) -> dict:
+    """The AI SSD's two verdicts: its figures (no datasheet) and whether the link carries them
+    (``pl``: :func:`analysis.tiering.tiers.ai_ssd_plausibility`)."""
+    return {"datasheet": claims.evaluate("ch2_ai_ssd_datasheet", None),
+            "link": claims.evaluate("ch2_ai_ssd_link", {"sequential read": pl["seq_fraction_of_ceiling"],
+                                                        "random read": pl["iops_fraction_of_ceiling"]})}
+
+
+COMPARE_FORMAT = {
+    "hit_rate": "{:.1%}", "attainment": "{:.1%}", "ttft_p50_s": "{:.2f}", "ttft_p90_s": "{:.2f}",
+    "ttft_p99_s": "{:.2f}", "gpu_seconds": "{:,.0f}", "gpu_seconds_saved": "{:,.0f}",
+    "busy_usd_per_mtok": "{:.4f}", "cluster_usd_per_mtok": "{:.4f}", "tier_usd_per_h": "{:.3f}",
+    "mean_load_s": "{:.4f}", "mean_compute_s": "{:.3f}", "instances": "{:.0f}", "gpus": "{:.0f}"}
+COMPARE_HEADERS = {
+    "label": "configuration", "hit_rate": "hit rate (%)", "instances": "instances", "gpus": "GPUs",
+    "attainment": "SLO attainment (%)", "ttft_p50_s": "TTFT p50 (s)", "ttft_p90_s": "TTFT p90 (s)",
+    "ttft_p99_s": "TTFT p99 (s)", "gpu_seconds": "GPU time (GPU·s)",
+    "gpu_seconds_saved": "GPU time saved (GPU·s)",
+    "busy_usd_per_mtok": "busy cost (USD/M tokens)", "cluster_usd_per_mtok": "cluster cost (USD/M tokens)",
+    "tier_usd_per_h": "tiers (USD/h)", "mean_load_s": "mean load (s)", "mean_compute_s": "mean compute (s)"}
+
+
+def compare_table(cmp: pd.DataFrame):
+    """The replay's comparison (:func:`analysis.tiering.replay.compare` rows) as a styled table; an
+    en dash marks a value not computed for the row."""
+    return cmp.drop(columns=["config"]).rename(columns=COMPARE_HEADERS).style.format(
+        {COMPARE_HEADERS.get(k, k): v for k, v in COMPARE_FORMAT.items()}, na_rep="–").hide(axis="index")
+
+
+SSD_KEYS = ("nvme", "qlc", "ai_ssd")
+MEMORY_KEYS = ("hbm", "dram", "cxl", "pool")
+SSD_PRICES = ("nvme_usd_per_byte", "qlc_usd_per_byte", "ai_ssd_usd_per_byte")
+
+
+def _tier_gain(busy: dict, ssd_keys, mem_keys) -> float:
+    """Share by which the cheapest SSD configuration undercuts the cheapest memory-only one."""
+    if not (ssd_keys and mem_keys):
+        return float("nan")
+    return 1 - min(busy[k] for k in ssd_keys) / min(busy[k] for k in mem_keys)
+
+
+def tiering_gain_at(tr, hc, dep, econ, ssd_keys, mem_keys, name: str, val) -> float:
+    """:func:`_tier_gain` with the ``ch2_tiering_cost`` assumption ``name`` at ``val``: the SSD prices
+    or the GPU rent scaled by ``val``, or the compute efficiency set to ``val``."""
+    d_, e_ = dep, econ
+    if name == "SSD price (x)":
+        d_ = dep.replace(**{k: getattr(dep, k) * val for k in SSD_PRICES})
+    elif name == "GPU rent (x)":
+        e_ = rp.Economics(econ.gpu_usd_per_s * val, econ.slo_s, econ.attainment_target, econ.load_scale)
+    else:
+        d_ = dep.replace(compute_eff=val)
+    duration = max(float(tr.arrival_s[-1] / econ.load_scale), 1.0)
+    busy = {k: rp.busy_cost_per_mtok(rp.service_times(tr, hc, rp.build_tiers(k, d_), d_), d_, e_, duration,
+                                     float(tr.input_tokens.sum())) for k in list(ssd_keys) + list(mem_keys)}
+    return _tier_gain(busy, ssd_keys, mem_keys)
+
+
+def replay_summary(cmp: pd.DataFrame, tr, hc, dep, econ, setting_trace) -> dict:
+    """The cheapest configuration (busy cost), its saving against HBM only (or the first row), and the
+    tiering claim: the best SSD configuration's saving over the best memory-only one, with its verdict
+    recomputed at the ends of the declared assumptions; the range of SLO-sized cluster sizes."""
+    c = cmp.set_index("config")
+    best = c["busy_usd_per_mtok"].idxmin()
+    ref = "hbm" if "hbm" in c.index else c.index[0]
+    ssd_keys = [k for k in SSD_KEYS if k in c.index]
+    mem_keys = [k for k in MEMORY_KEYS if k in c.index]
+    tier_gain = {}
+    for s_ in claims.rule("ch2_tiering_cost")["sensitivity"]:
+        for val in (s_["low"], s_["high"]):
+            tier_gain[(s_["name"], val)] = tiering_gain_at(tr, hc, dep, econ, ssd_keys, mem_keys,
+                                                           s_["name"], val)
+    gain = (1 - c.loc[ssd_keys, "busy_usd_per_mtok"].min() / c.loc[mem_keys, "busy_usd_per_mtok"].min()
+            if ssd_keys and mem_keys else float("nan"))
+    verdict = claims.evaluate("ch2_tiering_cost", gain, setting={"trace": setting_trace},
+                              recompute=partial(_tier_gain_lookup, tier_gain))
+    inst = c["instances"].dropna()
+    if not len(inst):
+        inst_range = "no feasible number of"
+    elif inst.min() != inst.max():
+        inst_range = f"{inst.min():.0f} to {inst.max():.0f}"
+    else:
+        inst_range = f"{inst.min():.0f}"
+    return {"table": c, "best": best, "best_label": c.loc[best, "label"],
+            "best_busy": c.loc[best, "busy_usd_per_mtok"], "ref_label": c.loc[ref, "label"],
+            "ref_busy": c.loc[ref, "busy_usd_per_mtok"],
+            "best_saving": 1 - c.loc[best, "busy_usd_per_mtok"] / c.loc[ref, "busy_usd_per_mtok"],
+            "best_gpu_hours_saved": c.loc[best, "gpu_seconds_saved"] / 3600,
+            "best_hit": c.loc[best, "hit_rate"], "gain": gain, "tier_gain": tier_gain, "verdict": verdict,
+            "gain_glue": (gain, "{:.0%}" if np.isfinite(gain)
+                          else "not compared (configs lack SSD or memory tiers)"),
+            "instance_range": inst_range}
+
+
+def _tier_gain_lookup(tier_gain, name, val):
+    return tier_gain[(name, val)]
+
+
+def pareto(tr, outcomes, dep, econ):
+    """The replay's (cluster cost, p90 TTFT) points over cluster sizes and the indices of the Pareto
+    front."""
+    pp = pd.DataFrame(rp.pareto_points(tr, outcomes, dep, econ))
+    return pp, rp.pareto_front(pp[["cluster_usd_per_mtok", "ttft_p90_s"]].to_numpy())
+
+
+def pareto_configs(pp: pd.DataFrame, front) -> str:
+    return ", ".join(dict.fromkeys(pp.loc[front, "label"]))
+
+
+WRITE_COLUMNS = ["config", "label", "tier", "tb_written_per_h", "dwpd_rated", "dwpd_used_busy", "read_factor",
+                 "wear_usd_per_h", "amortised_usd_per_h_busy", "endurance_decides_busy", "instances",
+                 "endurance_decides_cluster"]
+WRITE_HEADERS = {
+    "tb_written_per_h": "written (TB/h)", "dwpd_rated": "rated (DWPD)", "dwpd_used_busy": "used (DWPD, busy)",
+    "read_factor": "read bandwidth kept (×)", "wear_usd_per_h": "wear (USD/h)",
+    "amortised_usd_per_h_busy": "amortisation (USD/h, busy)", "endurance_decides_busy": "endurance decides"}
+
+
+def write_table(tr, outcomes, econ) -> pd.DataFrame:
+    """Bytes written per tier and their wear (:func:`analysis.tiering.replay.write_rows`), with the same
+    columns when no tier is written (a small trace)."""
+    return pd.DataFrame(rp.write_rows(tr, outcomes, econ)).reindex(columns=WRITE_COLUMNS)
+
+
+def write_table_shown(wr: pd.DataFrame):
+    shown = wr[["label", "tier", "tb_written_per_h", "dwpd_rated", "dwpd_used_busy", "read_factor",
+                "wear_usd_per_h", "amortised_usd_per_h_busy", "endurance_decides_busy"]]
+    shown = shown.rename(columns=WRITE_HEADERS)
+    return shown.style.format({"written (TB/h)": "{:.1f}", "rated (DWPD)": "{:.2f}",
+                               "used (DWPD, busy)": "{:.2f}",
+                               "read bandwidth kept (×)": "{:.2f}", "wear (USD/h)": "{:.3f}",
+                               "amortisation (USD/h, busy)": "{:.3f}"},
+                              na_rep="–").hide(axis="index")  # – : no endurance rating (memory tiers)
+
+
+def write_numbers(wr: pd.DataFrame, tr, dep) -> dict:
+    """The write path's numbers: distinct KV written per hour, the NVMe tier's TB per hour, its DWPD
+    used, the read bandwidth it keeps, the NVMe drive's write interference and the endurance summary."""
+    s = tr.summary()
+    nv_rows = wr[wr["tier"] == "NVMe Gen5 TLC"]
+    nv_first = nv_rows.iloc[0] if len(nv_rows) else pd.Series(dtype=float)
+    distinct_tb = s["unique_blocks"] * tr.block_size * dep.kv_bytes_per_token / 1e12
+    es = rp.endurance_summary(wr.to_dict("records"))
+    return {"distinct_blocks": s["unique_blocks"],
+            "distinct_tb_per_h": distinct_tb / max(s["duration_s"] / 3600, 1e-9),
+            "nvme_tb_per_h": float(nv_rows["tb_written_per_h"].iloc[0]) if len(nv_rows) else float("nan"),
+            "nvme_dwpd_used": float(nv_first.get("dwpd_used_busy", np.nan)),
+            "nvme_read_factor": float(nv_first.get("read_factor", np.nan)),
+            "k_nvme": endu.write_interference(dep.nvme_name), "endurance": es,
+            "endurance_decides_text": ", ".join(es["endurance_decides"]) or "none of the SSD configurations",
+            "endurance_worst_text": f"{es['worst_label']} ({es['worst_ratio']:.1f}× its rating)"}
+
+
+ADMISSION_HEADERS = {"token_hit_rate": "token hit rate (%)", "tb_written_per_h": "written (TB/h)",
+                     "wear_usd_per_h": "wear (USD/h)", "read_factor": "read bandwidth kept (×)",
+                     "busy_usd_per_mtok": "busy cost (USD/M tokens)", "seconds": "simulation time (s)"}
+
+
+def admission(tr, dep, econ, admission_runs, admission_capacities_mtok, tier: str) -> dict:
+    """Each ``eviction+admission`` run of ``admission_runs`` simulated at each capacity (libCacheSim)
+    and priced on ``tier`` drives (:func:`analysis.tiering.admission.costs`), with the capacities in
+    blocks and the simulation's wall time."""
+    runs = [tuple(r.split("+")) for r in admission_runs]
+    acaps = sorted({max(1, int(c * 1e6 / tr.block_size)) for c in admission_capacities_mtok})
+    t0 = time.perf_counter()
+    arows = adm.curves(tr, acaps, runs)
+    seconds = time.perf_counter() - t0
+    acost = pd.DataFrame(adm.costs(tr, arows, dep, econ, tier))
+    acost["run"] = acost["policy"] + " + " + acost["admission"]
+    acost["capacity (M tokens)"] = acost["capacity_tokens"] / 1e6
+    return {"capacities": acaps, "costs": acost, "seconds": seconds}
+
+
+def admission_table(acost: pd.DataFrame):
+    shown = acost[["run", "capacity (M tokens)", "token_hit_rate", "tb_written_per_h", "wear_usd_per_h",
+                   "read_factor", "busy_usd_per_mtok", "seconds"]].rename(columns=ADMISSION_HEADERS)
+    return shown.style.format({
+        "capacity (M tokens)": "{:.1f}", "token hit rate (%)": "{:.1%}", "written (TB/h)": "{:.1f}",
+        "wear (USD/h)": "{:.3f}", "read bandwidth kept (×)": "{:.2f}", "busy cost (USD/M tokens)": "{:.4f}",
+        "simulation time (s)": "{:.2f}"}, na_rep="–").hide(axis="index")
+
+
+ADMISSION_QUOTED = (("lru", "lru + all"), ("sec", "lru + second_use"), ("ora", "lru + oracle_reuse"),
+                    ("s3", "s3fifo + all"), ("bel", "belady + all"))
+
+
+def admission_numbers(acost: pd.DataFrame, acaps, tr) -> dict:
+    """At the middle capacity: each quoted run's hit rate and TB written per hour (NaN when not run),
+    the cheapest run and its cost; the longest simulation."""
+    mid = acaps[len(acaps) // 2]
+    at = acost[acost["capacity_blocks"] == mid].set_index("run")
+    runs = {}
+    for key, run in ADMISSION_QUOTED:
+        ok = run in at.index
+        runs[key] = {"hit": float(at.loc[run, "token_hit_rate"]) if ok else float("nan"),
+                     "tb": float(at.loc[run, "tb_written_per_h"]) if ok else float("nan")}
+    best_run = at["busy_usd_per_mtok"].idxmin()
+    return {"capacity_tokens": mid * tr.block_size, "seconds_max": float(acost["seconds"].max()),
+            "runs": runs,
+            "best": best_run, "best_cost": float(at.loc[best_run, "busy_usd_per_mtok"])}
+
+
+def routing(tr, hc, dep, routing_config, routing_instances, routing_policies, routing_load_scales,
+            routing_load_slack_s, affinity_blocks) -> dict:
+    """Hit rate of ``routing_instances`` instances, each with the local tiers of ``routing_config``,
+    under each router and load scale, and of the pooled store (:func:`analysis.tiering.cluster.curves`);
+    the tiers, their single-stack service, the wall time, and the trace's distinct first blocks."""
+    rtiers = tiering.build_tiers(routing_config, dep)
+    rcap = sum(int(t.capacity_tokens // tr.block_size) for t in rtiers)
+    svc = rp.service_times(tr, hc, rtiers, dep, config=routing_config)
+    t0 = time.perf_counter()
+    rows = pd.DataFrame(cl.curves(tr, hc, routing_instances, routing_policies, rcap, full_s=svc.nocache_s,
+                                  load_scales=routing_load_scales, load_slack_s=routing_load_slack_s,
+                                  affinity_blocks=affinity_blocks))
+    seconds = time.perf_counter() - t0
+    first_blocks = len(np.unique(tr.block_ids[tr.offsets[:-1][np.diff(tr.offsets) > 0]]))
+    return {"tiers": rtiers, "service": svc, "rows": rows, "seconds": seconds, "first_blocks": first_blocks}
+
+
+def routing_replay(tr, cmp: pd.DataFrame, r: dict, dep, econ, routing_config, routing_policies, load_scale,
+                   routing_load_slack_s, affinity_blocks) -> dict:
+    """The replay's own cluster (SLO-sized for ``routing_config`` when it was compared, else the
+    instances its busy time fills) under each router, against the single stack: hit rate and busy
+    cost. ``r``: :func:`routing`."""
+    c = cmp.set_index("config")
+    svc_r = r["service"]
+    dur = max(float(tr.arrival_s[-1] / load_scale), 1.0)
+    tokens = float(tr.input_tokens.sum())
+    n_slo = c["instances"].get(routing_config, np.nan) if "instances" in c else np.nan
+    n_rep = min(int(n_slo) if n_slo == n_slo else rp.busy_instances(svc_r, dur), tr.n_requests)
+    rep = [{"routing": "ideal (single stack)", "hit_rate": float(svc_r.hit_tokens.sum() / tokens),
+            "busy_usd_per_mtok": rp.busy_cost_per_mtok(svc_r, dep, econ, dur, tokens)}]
+    for pol_name in routing_policies:
+        s_, _ = rp.routed_service(tr, r["tiers"], dep, n_rep, pol_name, full_s=svc_r.nocache_s,
+                                  load_scale=load_scale, load_slack_s=routing_load_slack_s,
+                                  affinity_blocks=affinity_blocks)
+        rep.append({"routing": pol_name, "hit_rate": float(s_.hit_tokens.sum() / tokens),
+                    "busy_usd_per_mtok": rp.busy_cost_per_mtok(s_, dep, econ, dur, tokens)})
+    return {"table": pd.DataFrame(rep).set_index("routing"), "n_instances": n_rep}
+
+
+def routing_table(rep: pd.DataFrame):
+    return rep.reset_index().rename(columns={"hit_rate": "token hit rate (%)",
+                                             "busy_usd_per_mtok": "busy cost (USD/M tokens)"}).style.format(
+        {"token hit rate (%)": "{:.1%}", "busy cost (USD/M tokens)": "{:.4f}"}).hide(axis="index")
+
+
+def routing_numbers(rrows: pd.DataFrame, rep: pd.DataFrame, routing_instances, routing_load_scales) -> dict:
+    """At the largest number of instances and the lowest load: each router's hit rate and its busiest
+    instance's share of requests; at the replay's cluster: the single stack's hit rate and the best
+    and worst router's."""
+    nmax = max(routing_instances)
+    base_load = (rrows.load_scale == min(routing_load_scales)) | rrows.load_scale.isna()
+    at_n = rrows[(rrows.n_instances == nmax) & base_load].set_index("policy")
+    hit, share = at_n["token_hit_rate"], at_n["max_share"]
+    routed = rep.drop(index="ideal (single stack)")["hit_rate"]
+    best = routed.idxmax()
+    return {"nmax": nmax, "hit": {k: float(hit.get(k, np.nan)) for k in (
+                "pooled store", "round_robin", "kv_aware", "prefix_affinity")},
+            "share": {k: float(share.get(k, np.nan)) for k in ("prefix_affinity", "kv_aware")},
+            "ideal_hit": float(rep.loc["ideal (single stack)", "hit_rate"]), "best": best,
+            "best_hit": float(rep.loc[best, "hit_rate"]), "worst_hit": float(routed.min())}
+
+
+def breakeven_numbers(tr, hc, dep, econ, delta, prices, bws, nvme_usd_per_tb: float,
+                      at_bw: float = 14.0) -> dict:
+    """From the break-even map ``delta`` (bandwidths x prices): the grid bandwidth nearest ``at_bw``
+    and the exact break-even price there (cost is linear in price: ``nan`` when the tier is dearer
+    even free, ``inf`` at any price), and the least grid bandwidth at which the tier pays at the grid
+    price nearest ``nvme_usd_per_tb`` (``None`` when none does)."""
+    bw = bws[int(np.argmin(np.abs(np.asarray(bws) - at_bw)))]
+    col = int(np.argmin(np.abs(np.asarray(prices) - nvme_usd_per_tb)))
+    ok_bw = np.asarray(bws)[delta[:, col] < 0]
+    price = rp.breakeven_price(tr, hc, dep, econ, bw)
+    min_bw = float(ok_bw.min()) if ok_bw.size else None
+    if np.isfinite(price):
+        price_glue = (price, "{:,.0f} USD/TB")
+    else:
+        dearer = "no price at all: it is dearer even when free"
+        price_glue = (dearer if np.isnan(price) else "any price", None)
+    min_bw_glue = ((min_bw, "{:g} GB/s") if min_bw is not None
+                   else (f"more than the grid's largest ({max(bws):g} GB/s)", None))
+    return {"bw": bw, "price_at_bw": price, "price": prices[col], "min_bw": min_bw,
+            "price_at_bw_glue": price_glue, "min_bw_glue": min_bw_glue}
+
+
+def endurance_numbers(eg, prices, dwpd_grid, nvme_usd_per_tb: float) -> dict:
+    """From the endurance map ``eg`` (DWPD x prices): the least grid endurance at which the NVMe tier
+    pays at the grid price nearest ``nvme_usd_per_tb`` (``None`` when none does)."""
+    col = int(np.argmin(np.abs(np.asarray(prices) - nvme_usd_per_tb)))
+    ok_w = np.asarray(dwpd_grid)[eg[:, col] < 0]
+    min_dwpd = float(ok_w.min()) if ok_w.size else None
+    glue_args = ((min_dwpd, "{:g} DWPD") if min_dwpd is not None else (
+        f"no endurance of the grid (up to {max(dwpd_grid):g} DWPD): the writes' share of drive time, "
+        "not their wear, keeps it from paying", None))
+    return {"price": prices[col], "min_dwpd": min_dwpd, "min_dwpd_glue": glue_args}
+
+
+TORNADO_MEDIA = {"SSD price": "nvme", "QLC price": "qlc", "AI SSD price": "ai_ssd", "CXL price": "cxl",
+                 "DRAM price": "dram", "local DRAM": "dram", "NVMe endurance": "nvme", "QLC endurance": "qlc"}
+GPU_SIDE = {"GPU rent (×0.5 / ×2)", "prefill MFU (0.3 / 0.7)"}
+
+
+def tornado_inputs(dep, econ, tornado_config: str, nvme_dwpd: float, qlc_dwpd: float) -> dict:
+    """The tornado's inputs, ``label -> (field, low, high)``, keeping only the prices and endurance of
+    media ``tornado_config`` uses (DRAM's price also for the pooled store), and routing only for local
+    tiers (the pooled store is one stack)."""
+    f = {
+        "GPU rent (×0.5 / ×2)": ("gpu_usd_per_s", econ.gpu_usd_per_s * 0.5, econ.gpu_usd_per_s * 2),
+        "prefill MFU (0.3 / 0.7)": ("compute_eff", 0.3, 0.7),
+        "SSD price (×0.5 / ×3)": ("nvme_usd_per_byte", dep.nvme_usd_per_byte * 0.5,
+                                  dep.nvme_usd_per_byte * 3),
+        "QLC price (×0.5 / ×3)": ("qlc_usd_per_byte", dep.qlc_usd_per_byte * 0.5, dep.qlc_usd_per_byte * 3),
+        "AI SSD price (×0.5 / ×3)": ("ai_ssd_usd_per_byte", dep.ai_ssd_usd_per_byte * 0.5,
+                                     dep.ai_ssd_usd_per_byte * 3),
+        "CXL price (×0.5 / ×3)": ("cxl_usd_per_byte", dep.cxl_usd_per_byte * 0.5, dep.cxl_usd_per_byte * 3),
+        "DRAM price (×0.3 / ×2)": ("dram_usd_per_byte", dep.dram_usd_per_byte * 0.3,
+                                   dep.dram_usd_per_byte * 2),
+        "link efficiency (0.5 / 1.0)": ("bw_eff", 0.5, 1.0),
+        "HBM share for KV (0.1 / 0.9)": ("hbm_cache_fraction", 0.1, 0.9),
+        "local DRAM (100 GB / 4 TB)": ("local_dram_bytes", 100e9, 4e12),
+        "storage lifetime (3 / 7 years)": ("storage_lifetime_s", 3 * tiering.YEAR_S, 7 * tiering.YEAR_S),
+        "electricity (×0.5 / ×3)": ("electricity_usd_per_j", dep.electricity_usd_per_j * 0.5,
+                                    dep.electricity_usd_per_j * 3),
+        "data path (GPU-direct / CPU bounce)": ("data_path", "gpu_direct", "cpu_bounce"),
+        "write amplification (1 / 3)": ("write_amplification", 1.0, 3.0),
+        "NVMe endurance (×2 / ×0.25 DWPD)": ("nvme_dwpd", nvme_dwpd * 2, nvme_dwpd * 0.25),
+        "QLC endurance (×2 / ×0.25 DWPD)": ("qlc_dwpd", qlc_dwpd * 2, qlc_dwpd * 0.25),
+        "read slowdown by writes (none / datasheet ×2)": ("mixed_interference", 1.0,
+                                                          2 * endu.write_interference(dep.nvme_name)),
+        "routing (ideal / round robin)": ("routing", "ideal", "round_robin"),
+        "GPUs per PCIe switch (1 / 2)": ("gpus_per_pcie_switch", 1, 2),
+    }
+    used = set(tiering.CONFIGS[tornado_config][1])
+    if "pool" in used:
+        f.pop("routing (ideal / round robin)")
+    return {k: v for k, v in f.items()
+            if not any(k.startswith(m) and t not in used and not (m == "DRAM price" and "pool" in used)
+                       for m, t in TORNADO_MEDIA.items())}
+
+
+def tornado_reading(torn) -> str:
+    """What the tornado's top input says about the chain."""
+    if torn[0]["input"] in GPU_SIDE:
+        return ("the GPU side of the chain dominates, and the cache media are a second-order "
+                "term as long as they are fast enough to keep prefill from stalling")
+    return "here a property of the cache tiers moves the cost as much as the GPUs do"

@@ -1,0 +1,242 @@
+"""Figures of chapter 2 (``book/02_ssd_offload.md``), one function per figure, named after the
+figure's label (``fig-hit-curve`` -> :func:`fig_hit_curve`), each returning its Figure on the book's
+theme (:mod:`analysis.plots`). The data come from :mod:`analysis.tiering.chapter` and the library."""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import matplotlib.ticker as mticker
+import numpy as np
+import seaborn as sns
+from matplotlib.colors import TwoSlopeNorm
+
+from .. import plots
+from ..report import fmt_bytes
+from . import datapath as dpath
+from . import loadcompute as lc
+from . import tiers as tiering
+
+
+def _bytes_per_s(x, _pos):
+    return fmt_bytes(x) + "/s"
+
+
+def _bytes(x, _pos):
+    return fmt_bytes(x)
+
+
+def fig_hit_curve(tr, hc, h: dict):
+    """Token- and block-weighted LRU hit curves, the sampled policies, the HBM/3M/50M reference lines
+    and the infinite-cache bound (``h``: :func:`analysis.tiering.chapter.hit_curve`)."""
+    fig, ax = plt.subplots()
+    ax.plot(h["caps_tok"], h["curve_tok"], color=plots.PALETTE[0], lw=2, label="LRU, token-weighted")
+    ax.plot(h["caps_tok"], h["curve_blk"], color=plots.PALETTE[0], lw=1.2, ls="--",
+            label="LRU, block-weighted")
+    for i, (p_name, g) in enumerate(h["policies"].groupby("policy")):
+        ax.plot(g["capacity_blocks"] * tr.block_size, g["token_hit_rate"], marker=plots.MARKERS[i + 1], ls="",
+                color=plots.PALETTE[i + 1], ms=7,
+                label=f"{p_name.upper() if p_name == 'lfu' else 'Belady'} (sampled)")
+    ax.axhline(hc.infinite_token_hit_rate, color="grey", lw=1)
+    for x, lab in ((h["hbm_tok"], "HBM of one instance"), (h["local_dram"], "Mooncake: local DRAM 3M"),
+                   (h["sat_pub"], "Mooncake: ~50M")):
+        ax.axvline(x, ls=":", color="k", lw=1)
+        ax.annotate(lab, (x, 0.02), rotation=90, fontsize=8, xytext=(3, 0), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(mticker.EngFormatter(sep=""))
+    ax.yaxis.set_major_formatter(mticker.PercentFormatter(1.0))
+    ax.set_xlabel("cache capacity (tokens)")
+    ax.set_ylabel("prefix-cache hit rate")
+    ax.set_ylim(0, max(0.05, hc.infinite_token_hit_rate * 1.15))
+    ax.legend(loc="upper left", fontsize=8)
+    return fig
+
+
+def fig_load_vs_recompute(models_grid, gpu: str, tp: int, kv_dtype: str, dep, prefix=None):
+    """Bandwidth that matches recomputation against prefix length per model, with each tier's
+    delivered bandwidth as a horizontal line."""
+    prefix = np.unique(np.geomspace(512, 262144, 60).astype(int)) if prefix is None else prefix
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    for i, m in enumerate(models_grid):
+        bw = lc.breakeven_bandwidth(m, gpu, prefix, n_gpus=tp, kv_dtype=kv_dtype)
+        ax.plot(prefix, bw, color=plots.PALETTE[i % len(plots.PALETTE)],
+                ls=plots.LINESTYLES[(i // len(plots.PALETTE)) % 4],
+                marker=plots.MARKERS[i % len(plots.MARKERS)], markevery=12, ms=4, lw=1.3, label=m)
+    for name, b in tiering.tier_bandwidths(dep).items():
+        ax.axhline(b, ls=":", color="k", lw=0.8)
+        ax.annotate(name, (prefix[-1], b), fontsize=7, ha="right", va="bottom")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.xaxis.set_major_formatter(plots.tokens_formatter())
+    ax.yaxis.set_major_formatter(mticker.FuncFormatter(_bytes_per_s))
+    ax.set_xlabel("prefix length (tokens)")
+    ax.set_ylabel("load bandwidth that matches recompute")
+    ax.legend(fontsize=7, ncol=2, loc="lower left")
+    return fig
+
+
+def fig_load_heatmap(piv):
+    """Heat map (log colour) of :func:`analysis.tiering.chapter.requirement_pivot` (GB/s), annotated."""
+    fig, ax = plt.subplots(figsize=(8.5, 0.45 * len(piv) + 1.5))
+    annot = piv.map("{:.3g}".format)
+    sns.heatmap(np.log10(piv), annot=annot, fmt="", cmap=plots.SEQUENTIAL, ax=ax,
+                cbar_kws={"label": "log10 GB/s"}, annot_kws={"fontsize": 7})
+    ax.set_xlabel("")
+    ax.set_ylabel("")
+    ax.set_xticklabels([t.get_text().split("-")[0] for t in ax.get_xticklabels()], rotation=30)
+    return fig
+
+
+def fig_data_path(dep, max_drives: int = 48):
+    """Delivered NVMe bandwidth against the number of drives on the two data paths."""
+    n_drv = np.arange(1, max_drives + 1)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, path in enumerate(("gpu_direct", "cpu_bounce")):
+        bw = [tiering.build_tier("nvme", dep.replace(data_path=path, nvme_drives=int(n))).bandwidth
+              for n in n_drv]
+        ax.plot(n_drv, np.asarray(bw) / 1e9, marker=plots.MARKERS[i], ms=4, color=plots.PALETTE[i],
+                label=path.replace("_", " "))
+    ax.set_xlabel("NVMe Gen5 drives per instance")
+    ax.set_ylabel("delivered bandwidth (GB/s)")
+    ax.legend()
+    return fig
+
+
+def fig_small_reads(dep, unit_bytes: float, bw_eff: float):
+    """Random-read bandwidth of one drive of each kind against the read size; a dotted line at the
+    recall unit ``unit_bytes``."""
+    sizes = np.geomspace(512, 1 << 20, 40)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, (lab, name) in enumerate((("NVMe Gen5 TLC", dep.nvme_name), ("QLC", dep.qlc_name),
+                                     ("AI SSD (seed)", dep.ai_ssd_name))):
+        ax.plot(sizes, dpath.random_read_bandwidth(name, sizes, bw_eff=bw_eff) / 1e9, color=plots.PALETTE[i],
+                marker=plots.MARKERS[i], markevery=6, label=lab)
+    ax.axvline(unit_bytes, ls=":", color="k", lw=1)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("bytes per random read")
+    ax.xaxis.set_major_formatter(mticker.FuncFormatter(_bytes))
+    ax.set_ylabel("delivered GB/s per drive")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def fig_pareto(pp, front, slo_ttft_s: float):
+    """Cluster cost against p90 TTFT per configuration and cluster size, the Pareto front circled
+    (``pp``, ``front``: :func:`analysis.tiering.chapter.pareto`)."""
+    fig, ax = plt.subplots()
+    for i, (lab, g) in enumerate(pp.groupby("label", sort=False)):
+        ax.plot(g["cluster_usd_per_mtok"], g["ttft_p90_s"], marker=plots.MARKERS[i % len(plots.MARKERS)],
+                color=plots.PALETTE[i % len(plots.PALETTE)], lw=1, ms=5, label=lab)
+    ax.scatter(pp.loc[front, "cluster_usd_per_mtok"], pp.loc[front, "ttft_p90_s"], s=140, facecolors="none",
+               edgecolors="k", lw=1.2, zorder=5, label="Pareto front")
+    ax.axhline(slo_ttft_s, ls="--", color="k", lw=0.8)
+    ax.set_yscale("log")
+    ax.set_xlabel("cluster cost (USD per million input tokens)")
+    ax.set_ylabel("p90 TTFT (s)")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def fig_writes(wr):
+    """TB written per tier per hour (bars) and, for the SSD tiers, DWPD used against rated (markers,
+    top axis) (``wr``: :func:`analysis.tiering.chapter.write_table`)."""
+    fig, ax = plt.subplots(figsize=(5.6, 4.5))
+    lab = wr["label"].astype(str) + "\n→ " + wr["tier"].astype(str)
+    ax.barh(lab, wr["tb_written_per_h"], color=plots.PALETTE[0])
+    ax.set_xlabel("TB written per hour (cluster-wide)")
+    ssd = wr[wr["dwpd_rated"].notna()]
+    ax2 = ax.twiny()
+    ax2.scatter(ssd["dwpd_used_busy"], lab[ssd.index], color=plots.PALETTE[3], marker="o", label="DWPD used")
+    ax2.scatter(ssd["dwpd_rated"], lab[ssd.index], color="k", marker="|", s=200, label="DWPD rated")
+    ax2.set_xscale("log")
+    ax2.set_xlabel("drive writes per day (per busy instance)")
+    ax2.legend(fontsize=8, loc="upper right", framealpha=0.9)
+    return fig
+
+
+def fig_admission(acost):
+    """Hit rate and TB written per hour against store capacity for each eviction + admission run
+    (``acost``: :func:`analysis.tiering.chapter.admission`'s costs)."""
+    fig, axes = plt.subplots(1, 2, figsize=(9.2, 4))
+    for i, (run, g) in enumerate(acost.groupby("run", sort=False)):
+        kw = dict(marker=plots.MARKERS[i % len(plots.MARKERS)], color=plots.PALETTE[i % len(plots.PALETTE)],
+                  ls=plots.LINESTYLES[(i // len(plots.PALETTE)) % 4], label=run)
+        axes[0].plot(g["capacity (M tokens)"], g["token_hit_rate"], **kw)
+        axes[1].plot(g["capacity (M tokens)"], g["tb_written_per_h"], **kw)
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_xlabel("store capacity (M tokens)")
+    axes[0].yaxis.set_major_formatter(mticker.PercentFormatter(1.0))
+    axes[0].set_ylabel("prefix-cache hit rate")
+    axes[1].set_ylabel("TB written per hour")
+    axes[1].legend(fontsize=7)
+    return fig
+
+
+def fig_routing(rrows, routing_policies, routing_load_scales):
+    """Hit rate against the number of instances per router (solid at the lowest load scale; dashed at
+    the highest where it differs) and of the pooled store
+    (``rrows``: :func:`analysis.tiering.chapter.routing`)."""
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    ls_lo, ls_hi = min(routing_load_scales), max(routing_load_scales)
+    for i, pol_name in enumerate(routing_policies):
+        for ls_, style in ((ls_lo, "-"), (ls_hi, "--")):
+            g = rrows[(rrows.policy == pol_name) & (rrows.load_scale == ls_)]
+            if len(g) and (style == "-" or ls_hi != ls_lo):
+                ax.plot(g["n_instances"], g["token_hit_rate"], ls=style, marker=plots.MARKERS[i],
+                        color=plots.PALETTE[i], label=f"{pol_name} (load ×{ls_:g})")
+    g = rrows[rrows.policy == "pooled store"]
+    ax.plot(g["n_instances"], g["token_hit_rate"], color="k", lw=2, marker="s", label="pooled store (RDMA)")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("instances N")
+    ax.yaxis.set_major_formatter(mticker.PercentFormatter(1.0))
+    ax.set_ylabel("prefix-cache hit rate")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def _delta_map(delta, xticks, yticks, figsize, contour_always: bool):
+    """A diverging map of cost differences centred on zero, with the break-even contour."""
+    fig, ax = plt.subplots(figsize=figsize)
+    lo, hi = float(np.nanmin(delta)), float(np.nanmax(delta))
+    norm = TwoSlopeNorm(vcenter=0.0, vmin=min(lo, -1e-9), vmax=max(hi, 1e-9))
+    nx, ny = len(xticks), len(yticks)
+    im = ax.pcolormesh(np.arange(nx + 1), np.arange(ny + 1), delta, cmap=plots.DIVERGING, norm=norm,
+                       shading="flat")
+    if contour_always or lo < 0 < hi:
+        ax.contour(np.arange(nx) + 0.5, np.arange(ny) + 0.5, delta, levels=[0.0], colors="k", linewidths=1.5)
+    ax.set_xticks(np.arange(nx) + 0.5, [f"{p:g}" for p in xticks], rotation=45)
+    ax.set_yticks(np.arange(ny) + 0.5, [f"{b:g}" for b in yticks])
+    ax.set_xlabel("SSD price (USD/TB)")
+    fig.colorbar(im, ax=ax, label="Δ USD per million input tokens (SSD tier − DRAM only)")
+    return fig, ax
+
+
+def fig_breakeven(delta, prices, bws):
+    """Busy-cost difference of DRAM + NVMe against DRAM alone over SSD price and per-drive bandwidth
+    (``delta``: :func:`analysis.tiering.replay.breakeven_grid`)."""
+    fig, ax = _delta_map(delta, prices, bws, (7.5, 5), contour_always=True)
+    ax.set_ylabel("read bandwidth per drive (GB/s)")
+    return fig
+
+
+def fig_endurance_map(eg, prices, dwpd_grid):
+    """Busy-cost difference of DRAM + NVMe against DRAM alone over SSD price and endurance
+    (``eg``: :func:`analysis.tiering.replay.endurance_grid`)."""
+    fig, ax = _delta_map(eg, prices, dwpd_grid, (7.5, 4.5), contour_always=False)
+    ax.set_ylabel("endurance (drive writes per day)")
+    return fig
+
+
+def fig_tornado(torn, base: float, tornado_config: str):
+    """Busy cost at each input's low and high value around the default ``base``, largest swing on top
+    (``torn``: :func:`analysis.tiering.replay.tornado`)."""
+    rows = list(reversed(torn))
+    fig, ax = plt.subplots(figsize=(4.5, 0.42 * len(rows) + 1.2))
+    y = np.arange(len(rows))
+    ax.barh(y, [r["cost_low"] - base for r in rows], left=base, color=plots.PALETTE[0], label="low value")
+    ax.barh(y, [r["cost_high"] - base for r in rows], left=base, color=plots.PALETTE[3], alpha=0.8,
+            label="high value")
+    ax.axvline(base, color="k", lw=1)
+    ax.set_yticks(y, [r["input"] for r in rows])
+    ax.set_xlabel(f"busy cost, USD per million input tokens ({tiering.CONFIGS[tornado_config][0]})")
+    ax.legend(fontsize=8, loc="lower right")
+    return fig
