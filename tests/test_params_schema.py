@@ -75,6 +75,8 @@ def test_a_changed_default_a_missing_or_an_extra_parameter_is_reported():
     src = parameters_cell(REPO / "book" / "02_ssd_offload.md")
     assert disagreements(src, sch) == []
     assert disagreements(src.replace("\ntp = 8\n", "\ntp = 4\n"), sch) == ["tp: cell 4, schema default 8"]
+    schema_changed = {**sch, "tp": dataclasses.replace(sch["tp"], default=4)}
+    assert disagreements(src, schema_changed) == ["tp: cell 8, schema default 4"]
     assert disagreements(src.replace("\npue = 1.3\n", "\npue = 1.30001\n"), sch) == \
         ["pue: cell 1.30001, schema default 1.3"]
     int_for_float = src.replace("\ncompute_eff = 0.5\n", "\ncompute_eff = 1\n")
@@ -238,3 +240,17 @@ def test_qevict_configuration_reaches_the_engine():
         experiment.run_experiment(d)
     with pytest.raises(params.ParameterError, match="multiple of window_tokens"):
         qp.SCHEMA.config({"prefill_tokens": 1000})  # the cross-parameter checks run on every config
+
+
+def test_extra_chapter_with_a_plain_dict_of_params(tmp_path, monkeypatch):
+    """A notebook of one's own (``KVBOOK_EXTRA_CHAPTERS="stem=module:attr"``) may give a plain mapping
+    of :class:`~analysis.params.Param`: :mod:`analysis.chapters` wraps and registers it."""
+    (tmp_path / "my_schema_b.py").write_text("from analysis.params import Param\n"
+                                             "KNOBS = {'n': Param(3, 'int', 'a count', min=1)}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("KVBOOK_EXTRA_CHAPTERS", "98_mine=my_schema_b:KNOBS")
+    sch = chapters.schema("notebooks/98_mine.ipynb")
+    assert isinstance(sch, params.Schema) and sch.defaults() == {"n": 3}
+    assert params.schema("98_mine") is sch and sch.check({"n": 4}) == {"n": 4}
+    with pytest.raises(params.ParameterError, match="below the minimum"):
+        sch.config({"n": 0})
