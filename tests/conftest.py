@@ -8,6 +8,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+# numba's OpenMP threads (chapter 4's fused attention kernel) spin while they wait for work; with more
+# threads than free cores (pytest-xdist workers, chapter kernels run by papermill, which inherit this)
+# a kernel call then waits for descheduled spinners: 20x slower decoding steps on 2 shared cores.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 @pytest.fixture

@@ -1,4 +1,8 @@
-"""Chapter 4's numpy Llama: tokenizer, greedy facts, perplexity, prefill == decode."""
+"""Chapter 4's numpy Llama: tokenizer, greedy facts, perplexity, prefill == decode.
+
+The forward-pass logic (prefill == decode through the cache, input checks) runs on a tiny random-weight
+model of the same architecture (tests/_tiny_model.py); what is about SmolLM2's weights (its shape,
+facts, perplexity, and one prefill == decode on the real model) is marked ``real_weights``."""
 import numpy as np
 import pytest
 
@@ -16,6 +20,7 @@ except FileNotFoundError as e:  # pragma: no cover
 from analysis.qevict.gguf_model import load_model  # noqa: E402
 from analysis.qevict.kvcache import MultiStreamCache  # noqa: E402
 from analysis.qevict.tokenizer import load_tokenizer  # noqa: E402
+from tests._tiny_model import tiny_llama, tiny_tokens  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +40,7 @@ def greedy(model, tok, prompt, n):
     return tok.decode(ids[len(tok.encode(prompt)):])
 
 
+@pytest.mark.real_weights
 def test_model_shape(model):
     c = model.cfg
     assert (c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.d_model) == (30, 9, 3, 64, 576)
@@ -64,6 +70,7 @@ def test_tokenizer_digits_split(tok):
     assert len(ids) == 5
 
 
+@pytest.mark.real_weights
 @pytest.mark.parametrize("prompt,expect", [
     ("The capital of France is", "Paris"),
     ("The capital of Japan is", "Tokyo"),
@@ -77,20 +84,20 @@ def _ppl(model, ids):
     return float(np.exp(np.nanmean(out["nll"])))
 
 
+@pytest.mark.real_weights
 def test_perplexity_python_source(model, tok):
     ids = tok.encode(corpora.module_source("argparse"))[:512]
     assert 4.0 < _ppl(model, ids) < 25.0
 
 
+@pytest.mark.real_weights
 def test_perplexity_english_text(model, tok):
     ids = tok.encode(corpora.module_docstrings("statistics"))[:512]
     assert 3.0 < _ppl(model, ids) < 40.0
 
 
-def test_prefill_equals_step_by_step_decode(model, tok):
-    ids = tok.encode(corpora.module_source("functools"))[:80]
+def _prefill_equals_decode(model, ids, P):
     full = model.prefill(ids, logits="all")["logits"]
-    P = 32
     pre = model.prefill(ids[:P], logits="last")
     # float32 with different matmul blockings, through fp16-rounded K/V: equal to ~1e-3
     np.testing.assert_allclose(pre["logits"], full[P - 1], rtol=1e-3, atol=2e-2)
@@ -101,10 +108,23 @@ def test_prefill_equals_step_by_step_decode(model, tok):
         assert lg[0].argmax() == full[pos].argmax()
 
 
-def test_bad_input(model):
+def test_prefill_equals_step_by_step_decode():
+    """Three decoded windows after a two-window prompt (the open window crosses window boundaries)."""
+    _prefill_equals_decode(tiny_llama(), tiny_tokens(80), 32)
+
+
+@pytest.mark.real_weights
+def test_prefill_equals_step_by_step_decode_real_weights(model, tok):
+    """The same on SmolLM2's weights (their magnitudes through the fp16 K/V), one decoded window."""
+    ids = tok.encode(corpora.module_source("functools"))[:49]
+    _prefill_equals_decode(model, ids, 32)
+
+
+def test_bad_input():
+    model = tiny_llama()
     with pytest.raises(ValueError):
         model.prefill([])
     with pytest.raises(ValueError):
-        model.prefill([1, 2, 10**6])
+        model.prefill([1, 2, model.cfg.vocab_size])
     with pytest.raises(ValueError):
         model.prefill([1, 2], logits="bogus")
