@@ -98,3 +98,20 @@ def test_zero_endurance_and_too_many_instances_fail_before_work():
     with pytest.raises(ValueError, match="exceed the trace's 3 requests"):
         cf.check_against_trace(tp.SCHEMA.config({**p, "routing_instances": [1, 4]}), tr)
     cf.check_against_trace(tp.SCHEMA.config({**p, "routing_instances": [1, 3]}), tr)
+
+
+def test_deployment_dataclass_defaults_are_the_chapter_defaults():
+    """``tiers.Deployment()`` (the unit tests' and the models' starting point) is chapter 2's default
+    deployment: its field defaults may not drift from the schema's (None: the drive's datasheet value,
+    which is what the schema's default reads from data/hardware.csv)."""
+    from analysis.tiering import tiers
+
+    ch2, bare = cf.deployment(tp.SCHEMA.config()), tiers.Deployment()
+    for f in dataclasses.fields(bare):
+        a, b = getattr(ch2, f.name), getattr(bare, f.name)
+        if b is None:
+            continue
+        assert a == (pytest.approx(b, rel=1e-12) if isinstance(b, float) else b), f.name
+    assert ch2.nvme_dwpd == specs.hardware(bare.nvme_name)["dwpd"]
+    assert ch2.qlc_dwpd == specs.hardware(bare.qlc_name)["dwpd"]
+    assert ch2.nvme_write_bw == pytest.approx(specs.hardware(bare.nvme_name)["seq_write"])
