@@ -229,7 +229,7 @@ def fig_qevict_lir(lir: pd.DataFrame, gap_steps: int, seed: int, colour):
     return fig
 
 
-def _budget_lines(ax, data, col, order, palette, markers, seed, legend=True):
+def _budget_lines(ax, data, col, order, palette, markers, seed, legend="auto"):
     import matplotlib.pyplot as plt
     import seaborn as sns
 
