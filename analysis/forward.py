@@ -1,4 +1,5 @@
-"""Per-layer operator costs of one forward pass, on the roofline, vectorised over candidate plans.
+"""The book's one time model: per-layer operator costs of a forward pass, priced by pluggable backends
+(the roofline by default), vectorised over candidate plans.
 
 Everything here is numpy-broadcast: every argument that describes a plan (tokens, sequences, context,
 tensor/data parallel degrees, device peaks) may be an array, so one call prices many thousands of
@@ -27,8 +28,8 @@ semantics) and a communication operator its wire time (bytes over the link at th
 plus the collective latency).
 
 This is the book's one time model: every chapter times operators and forward passes here
-(chapter 2's replay and load-versus-recompute through :mod:`analysis.tiering.prefill`, chapter 3's
-search and event simulation, chapter 5's composition). :func:`prefill_time` and
+(chapter 2's replay through :mod:`analysis.tiering.prefill` and its load-versus-recompute break-even,
+chapter 3's search and event simulation, chapter 5's composition). :func:`prefill_time` and
 :func:`decode_step_time` price one instance's pass from names (model, GPU, dtypes);
 :func:`layerwise_overlap` is the rule for loads overlapped layer by layer with compute.
 
@@ -42,7 +43,9 @@ kernel tables (0 for the roofline), which :func:`ledger` sums into each plan's m
 device dict names its backend under ``"backend"`` (absent: ``"roofline"``), so a measured backend
 (per-GPU tables of GEMM by ``(m, n, k, dtype)``, MoE, attention by ``(batch, seq, heads)``, NCCL
 all-reduce, DeepEP all-to-all) plugs in per device and falls back to the roofline where its tables
-have no entry.
+have no entry. Results memoised by callers (in-process caches, :mod:`analysis.cache`) are keyed on
+their inputs, not on the registry: a measured backend must enter those keys (its device dicts or
+names), and replacing a registered backend does not invalidate them.
 """
 from __future__ import annotations
 
