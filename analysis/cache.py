@@ -14,8 +14,10 @@ included).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
+import inspect
 import json
 import os
 import pickle
@@ -57,7 +59,6 @@ def _default(o):
     if isinstance(o, Path):
         return str(o)
     if hasattr(o, "__dataclass_fields__"):
-        import dataclasses
         return dataclasses.asdict(o)
     raise TypeError(f"cannot hash {type(o).__name__} for the cache key; pass JSON-like inputs")
 
@@ -122,7 +123,6 @@ def cached(namespace: str, inputs, compute=None, *, code=True, enabled: bool | N
 def disk_cache(namespace: str, *, code=True):
     """Decorator form of :func:`cached`; the key is the function's bound arguments."""
     def deco(fn):
-        import inspect
         sig = inspect.signature(fn)
 
         @functools.wraps(fn)

@@ -225,7 +225,7 @@ def files_read(tree: ast.AST, current: str = "__main__", is_pkg: bool = False) -
 def chapter_tree(path: Path) -> ast.Module:
     """All code cells of a chapter (jupytext MyST ``.md`` or ``.ipynb``) as one module; IPython
     magics and shell lines are dropped."""
-    import jupytext
+    import jupytext  # optional heavy dependency
 
     nb = jupytext.read(path)
     body = []

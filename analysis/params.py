@@ -16,6 +16,7 @@ library functions take. ``analysis.rerun`` finds a chapter's schema by its file 
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
 import math
@@ -300,8 +301,6 @@ def describe(chapter: str | Schema, full: bool = False) -> str:
 def injected_names(namespace: dict) -> list[str]:
     """Names assigned by the cell papermill injected into this kernel (``# Parameters``), read from
     IPython's input history (``In``) in ``namespace``; empty outside IPython or without papermill."""
-    import ast
-
     history = namespace.get("In")
     if not isinstance(history, list):
         return []

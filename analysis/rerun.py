@@ -32,6 +32,7 @@ import argparse
 import hashlib
 import itertools
 import json
+import multiprocessing as mp
 import os
 import shutil
 import subprocess
@@ -40,12 +41,17 @@ import tempfile
 import time
 import traceback
 import uuid
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import as_completed as cf_completed
 from datetime import datetime, timezone
 from pathlib import Path
 
+import pandas as pd
 import yaml
+from tqdm.auto import tqdm
 
 from . import chapters as _chapters
+from . import deps
 from . import params as _params
 from .report import glued_values
 
@@ -82,8 +88,8 @@ def prepare(chapter, overrides: dict) -> tuple[Path, dict]:
 
 
 def _read_notebook(path: Path):
-    import jupytext
-    import nbformat
+    import jupytext  # optional heavy dependency
+    import nbformat  # optional heavy dependency
 
     nb = jupytext.read(path) if path.suffix == ".md" else nbformat.read(path, as_version=4)
     nb.metadata.setdefault("kernelspec",
@@ -96,8 +102,8 @@ def _read_notebook(path: Path):
 def _curve_kernel_manager():
     """The kernel manager for reruns: CurveZMQ transport encryption for kernels that declare it
     (ipykernel does), so kernels neither run unencrypted over TCP nor warn that they do."""
-    from jupyter_client.manager import AsyncKernelManager
-    from traitlets import default
+    from jupyter_client.manager import AsyncKernelManager  # optional heavy dependency
+    from traitlets import default  # optional heavy dependency
 
     class CurveKernelManager(AsyncKernelManager):
         @default("transport_encryption")
@@ -110,8 +116,6 @@ def _curve_kernel_manager():
 def provenance(path: Path) -> dict:
     """Code hash (the chapter and the modules it runs), data hash (the files they read), commit
     and date of a run, for its ``result.csv``."""
-    from . import deps
-
     d = deps.chapter_deps(path)
     fp = deps.fingerprint(d)
     code = {k: v for k, v in fp.items() if k.endswith(".py")}
@@ -150,7 +154,7 @@ def execute(chapter, overrides: dict, out_dir, *, kernel: str = "python3", timeo
     """Execute one chapter with ``overrides`` into ``out_dir/<run-id>``; returns the result row.
 
     Never raises for a failure inside the notebook: the row has ``status='failed'`` and ``error``."""
-    import papermill as pm
+    import papermill as pm  # optional heavy dependency
 
     path, overrides = prepare(chapter, overrides)
     rid = run_id(path.stem, overrides)
@@ -179,7 +183,7 @@ def execute(chapter, overrides: dict, out_dir, *, kernel: str = "python3", timeo
                 if attempt == 2 or "kernel" not in f"{type(exc).__name__} {exc}".lower():
                     raise
                 time.sleep(1.0 + attempt)
-        import nbformat
+        import nbformat  # optional heavy dependency
         values = glued_values(nbformat.read(nb_out, as_version=4))
         row.update(status="ok", error="", seconds=round(time.perf_counter() - t0, 2))
         row.update({f"glue.{k}": v for k, v in values.items()})
@@ -211,8 +215,6 @@ def _short_error(exc: Exception) -> str:
 
 
 def _write_row(path: Path, row: dict) -> None:
-    import pandas as pd
-
     pd.DataFrame([row]).to_csv(path, index=False)
 
 
@@ -278,8 +280,6 @@ def _crashed_row(task, exc) -> dict:
 
 def _write_results(rows: list[dict], order: dict, out_dir: Path):
     """Write ``results.csv`` atomically, rows in the sweep's order (called as each run finishes)."""
-    import pandas as pd
-
     df = pd.DataFrame(sorted(rows, key=lambda r: order.get(r["run_id"], 0)))
     tmp = out_dir / f".results.csv.{os.getpid()}.tmp"
     df.to_csv(tmp, index=False)
@@ -292,8 +292,6 @@ def run_sweep(file, *, jobs: int = 2, out_root=DEFAULT_OUT, dask: str | None = N
     """Run every distinct point of a sweep; returns the results table (pandas DataFrame), which is
     also written to ``<out_root>/<sweep>/results.csv`` after each finished run (a crash loses nothing
     that finished; a crashed worker's run is a failed row)."""
-    from tqdm.auto import tqdm
-
     path, name, points = load_sweep(file)
     out_dir = Path(out_root) / name
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -311,7 +309,7 @@ def run_sweep(file, *, jobs: int = 2, out_root=DEFAULT_OUT, dask: str | None = N
         bar.update()
 
     if dask:
-        from distributed import Client, as_completed
+        from distributed import Client, as_completed  # optional heavy dependency
 
         with Client(dask) as client:
             futures = client.map(_execute_star, tasks, pure=False)
@@ -322,10 +320,6 @@ def run_sweep(file, *, jobs: int = 2, out_root=DEFAULT_OUT, dask: str | None = N
         for t in tasks:
             done(t, lambda t=t: _execute_star(t))
     else:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-        from concurrent.futures import as_completed as cf_completed
-
         with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
             futs = {pool.submit(_execute_star, t): t for t in tasks}
             for fut in cf_completed(futs):

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import decide
+from . import decide, fidelity, pipeline
+from .fidelity import KVPolicy
 
 # ----------------------------------------------------------------------- glue rows
 
@@ -105,8 +106,6 @@ def _kl_or_dash(x) -> str:
 def fidelity_display(policies, floor) -> pd.DataFrame:
     """Every KV policy and the AI SSD's in-drive precisions with their bytes, fidelity, evidence and
     whether the floor admits them, formatted for the chapter's table."""
-    from . import fidelity
-
     in_drive = [floor.in_drive_policy(b) for b in sorted(floor.in_drive)]
     fid = fidelity.table(policies)
     fid = pd.concat(
@@ -307,8 +306,6 @@ def pricing_comparison(scenario, old_base, reuse, old_reuse, layouts, policies) 
     """Every off-HBM layout, PD, the full cache and each recalling policy at ``scenario`` (prompt and
     reuse set), priced the old way (``old_base``, ``old_reuse``) and by chapter 2 (``scenario``,
     ``reuse``): realised hits, recall and write time per step, TPOT, wear and cost."""
-    from . import fidelity, pipeline
-
     recalling = [p for p in policies if p.needs_cold_tier]
     old = old_base.replace(input_tokens=scenario.input_tokens, hit_rate=scenario.hit_rate)
     rows = []
@@ -337,8 +334,6 @@ def pricing_rows(priced: pd.DataFrame, layout_names: dict) -> list:
     """What chapter 2's pricing changes at the reference point (:func:`pricing_comparison`): the
     realised hits, the recall time against sequential bandwidth, the options that lose the SLOs and
     the largest wear cost."""
-    from .fidelity import KVPolicy
-
     full = priced["policy"] == KVPolicy.full().label
     new = ~priced["pricing"].str.startswith("before")
     step_new = priced[new].set_index(["layout", "policy"])["recall + writes ms / step"]

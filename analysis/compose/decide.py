@@ -15,7 +15,7 @@ import pandas as pd
 from ..disagg import production, search
 from ..specs import ModelSpec
 from ..specs import model as _model
-from ..tiering.tiers import CONFIGS
+from ..tiering.tiers import CONFIGS, gpu_usd_per_s
 from .fidelity import KVPolicy
 from .pipeline import LAYOUTS, MODES, ComposeError, ReuseCurve, Scenario, evaluate
 
@@ -414,8 +414,6 @@ def declared_perturbations(gpu_rent_range=(0.8, 1.25), tier_price_range=(0.5, 2.
     out = []
     for f in gpu_rent_range:
         def gpu(b, fl, f=float(f)):
-            from ..tiering.tiers import gpu_usd_per_s
-
             rent = gpu_usd_per_s(b.tiers.replace(gpu=b.gpu), "rent", b.gpu_rent_usd_per_s)
             return b.replace(gpu_rent_usd_per_s=rent * f), fl
         def gpu_fast(every, fl, opts, f=float(f)):

@@ -40,6 +40,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .. import data, specs
+from ..artifacts import list_artifacts, read_artifact
+from ..params import validate
+from ..qevict import experiment
+from ..qevict import params as qparams
+from ..qevict.policies import POLICIES
+
 SOURCES = ("chapter 4", "published", "exact", "none")
 
 
@@ -95,10 +102,6 @@ def measure(policies, budgets, *, documents=("docs:typing",), prefill_tokens: in
     """Chapter 4's experiment (:func:`analysis.qevict.experiment.run_experiment`, every run cached
     on disk) with a small configuration: the full cache and every policy at every budget on
     ``documents``; chapter 4's other parameters at their defaults unless overridden."""
-    from analysis.qevict import experiment
-    from analysis.qevict import params as qparams
-    from analysis.qevict.policies import POLICIES
-
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
         raise ValueError(f"unknown KV policies {unknown}; chapter 4 has {', '.join(POLICIES)}")
@@ -116,8 +119,6 @@ def measure(policies, budgets, *, documents=("docs:typing",), prefill_tokens: in
 
 def qparams_validate(qparams, p: dict) -> dict:
     """Chapter 4's schema and cross-parameter checks (clear errors before any model run)."""
-    from analysis.params import validate
-
     out = validate(qparams.PARAMS, p)
     qparams.check_consistency(out)
     return out
@@ -176,8 +177,6 @@ def published_table(df: pd.DataFrame | None = None) -> pd.DataFrame:
     full cache's score on the same benchmark and model. A benchmark-model group without a full-cache
     row is an error (a ratio needs it)."""
     if df is None:
-        from .. import data
-
         df = data.table("published.csv")
     sub = df[df["key"].astype(str).str.startswith(PUBLISHED_PREFIX)]
     rows = []
@@ -214,8 +213,6 @@ def model_scale(model: str) -> float:
 
 def served_scale(model) -> float:
     """Parameters (billions) of a served model of chapter 1 (``data/models.csv``, published total)."""
-    from .. import specs
-
     return float(specs.model(model).params_total_published) / 1e9
 
 
@@ -304,8 +301,6 @@ def long_context_runs(names=None) -> list[dict]:
     """Chapter 4's committed long-context runs (``results/qevict_long_*``, read through
     :mod:`analysis.artifacts`; whichever exist, never assumed): one dict per run with its name, model,
     mean context (tokens), stale reasons and its policies (:func:`from_summary`)."""
-    from ..artifacts import list_artifacts, read_artifact
-
     have = [n for n in list_artifacts() if n.startswith("qevict_long_")]
     if names is not None:
         have = [n for n in have if n in set(names)]

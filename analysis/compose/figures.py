@@ -1,6 +1,8 @@
 """Figures of chapter 5 (on the book's theme, :mod:`analysis.plots`)."""
 from __future__ import annotations
 
+import json
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -221,9 +223,7 @@ def interactive_map_html(data: dict, div_id: str = "kv-decision-map") -> str:
     price, prompt length, reuse) and the selected cell's cost per layout. Plotly's JavaScript bundle
     (from the pinned ``plotly`` package) is inlined, so the page needs no server and no network; an
     AMD loader on the page is hidden while it loads so that ``window.Plotly`` is defined."""
-    import json
-
-    from plotly.offline import get_plotlyjs
+    from plotly.offline import get_plotlyjs  # optional heavy dependency
 
     nf, nc, nh = len(data["factors"]), len(data["contexts"]), len(data["hits"])
     controls = "".join(
@@ -277,8 +277,6 @@ def fig_decision_map(cells, layouts):
 def fig_sens_devices(sweeps: dict, layout_labels: dict):
     """Cheapest cost per tier layout against the AI-SSD price, the CXL price, the NVMe per-drive
     bandwidth and the AI SSD's read gain (``sweeps``: ``chapter.sensitivity_sweeps``)."""
-    import matplotlib.pyplot as plt
-
     fig, axs = plt.subplots(2, 2, figsize=(8.4, 7.4), sharey=True)
     col = layout_colors()
     sensitivity(axs[0, 0], sweeps["ai"], xlabel="× AI-SSD price of data/hardware.csv", title="AI-SSD price",
@@ -297,8 +295,6 @@ def fig_sens_devices(sweeps: dict, layout_labels: dict):
 def fig_sens_arch_disagg(sweeps: dict, layout_labels: dict):
     """Cheapest cost per tier layout against the linear-attention share (left) and per deployment
     mode against disaggregation's transfer overhead (right)."""
-    import matplotlib.pyplot as plt
-
     fig, axs = plt.subplots(1, 2, figsize=(8.4, 4.4))
     sensitivity(axs[0], sweeps["lin"], xlabel="share of layers with linear attention (KV per token −x)",
                 title="KV-shrinking architectures", groups_label=layout_labels, colors=layout_colors())

@@ -45,8 +45,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..cache import cached
 from ..data import content_id
 from ..specs import model as _model
+from ..tiering import cluster as cl
+from ..tiering import configure, datapath, load_trace, lru_hit_curve
+from ..tiering import params as tparams
+from ..tiering import replay as rp
+from ..tiering.tiers import build_tiers
 from .pipeline import ComposeError, ReuseCurve, reuse_curve_from_trace
 
 DRIVE_KEYS = ("nvme", "qlc", "ai_ssd")
@@ -87,8 +93,6 @@ class RandomReadRecall:
 
     def layer_read_s(self, tier, bytes_per_layer: float, unit_bytes: float) -> float:
         """Seconds to read one layer's ``bytes_per_layer`` as random units of ``unit_bytes``."""
-        from ..tiering import datapath
-
         if bytes_per_layer <= 0:
             return 0.0
         link = tier.latency_s + bytes_per_layer / tier.bandwidth
@@ -165,11 +169,6 @@ def replay_instances(trace="mooncake_conversation", model=None, gpu=None, config
     """The number of prefill instances chapter 2's replay keeps busy (its busy view) on ``trace``
     with its default deployment (``model`` and ``gpu`` replaced when given) and local tiers
     ``config``."""
-    from ..tiering import load_trace, lru_hit_curve
-    from ..tiering import params as tparams
-    from ..tiering import replay as rp
-    from ..tiering.tiers import build_tiers
-
     d = _ch2_deployment(model, gpu)
     tr = load_trace(trace)
     svc = rp.service_times(tr, lru_hit_curve(tr), build_tiers(config, d), d, config=config)
@@ -178,9 +177,6 @@ def replay_instances(trace="mooncake_conversation", model=None, gpu=None, config
 
 
 def _ch2_deployment(model=None, gpu=None):
-    from ..tiering import configure
-    from ..tiering import params as tparams
-
     d = configure.deployment(tparams.SCHEMA.config())
     kw = {k: v for k, v in (("model", model), ("gpu", gpu)) if v is not None}
     return d.replace(**kw) if kw else d
@@ -197,12 +193,6 @@ def routed_reuse(trace="mooncake_conversation", n_instances: int | None = None, 
     ideal = reuse_curve_from_trace(trace)
     if policy == "ideal":
         return ideal
-    from ..cache import cached
-    from ..tiering import cluster as cl
-    from ..tiering import load_trace, lru_hit_curve
-    from ..tiering import params as tparams
-    from ..tiering import replay as rp
-    from ..tiering.tiers import build_tiers
 
     n = replay_instances(trace, model, gpu, config) if n_instances is None else n_instances
     if not (int(n) == n and n >= 1):

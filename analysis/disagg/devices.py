@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from .. import data, specs
 
 DEFAULT_NET_BW = 50e9  # bytes/s per device of scale-out (400 Gbit/s NIC per GPU): an assumption
@@ -74,8 +76,6 @@ def npu_prices(model: str = "linear") -> dict:
     * ``gpu-fit``: least squares of log street price on log dense FP8 TFLOPS, log HBM TB/s and log
       HBM GB over the GPUs of data/hardware.csv, applied to the design points (an extrapolation
       below 200 and above 10,000 TFLOPS)."""
-    import numpy as np
-
     if model not in PRICE_MODELS:
         raise ValueError(f"unknown price model {model!r}; use one of {PRICE_MODELS}")
     df = data.table("npu_design_points.csv").set_index("name")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..forward import Efficiency, Precision
+from . import des
 from . import search as S
 
 # decode at a mean context of `context` tokens: prompts of context - OUT/2 tokens, OUT output tokens
@@ -96,8 +97,6 @@ def goodput(plan, model, wl, slo, *, budget: int, chunked: bool = True, n_reques
     ``target`` of the requests meet both SLOs in the event simulation (:func:`.des.simulate`, seeded),
     found by bisection over the rate (attainment falls with the rate); per device of the plan's whole
     instances. Returns the rate, the rate per device, the devices and the attainment at that rate."""
-    from . import des
-
     g = grid or S.Grid()
     counts = des.instance_counts(plan, budget)
     used = sum(counts[u["unit"]] * u["devices"] for u in plan.units)

@@ -36,7 +36,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -137,7 +137,6 @@ class Grid:
                                               # domain holding both pools) rather than scale-out NICs
 
     def limited(self, budget: int) -> "Grid":
-        from dataclasses import replace
         sz = tuple(x for x in self.sizes if x <= budget)
         if not sz:
             raise SearchError(f"budget {budget} devices is smaller than every instance size {self.sizes}")

@@ -391,7 +391,7 @@ def predict(
 def fit(rows: pd.DataFrame, *, split="train", max_nfev=60, **kw) -> Calibration:
     """Fit the calibration on the rows of ``split`` (robust least squares on log prediction error of
     TTFT and TPOT); bounds keep efficiencies in (0.05, 1] and overheads in [0, 20 ms]."""
-    from scipy.optimize import least_squares
+    from scipy.optimize import least_squares  # optional heavy dependency
 
     r = rows[(rows["skip_reason"] == "") & (rows["split"] == split)]
     x0 = Calibration().vector()

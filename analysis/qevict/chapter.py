@@ -10,9 +10,23 @@ import numpy as np
 import pandas as pd
 
 from .. import claims
-from .metrics import QEVICT_RULE, bootstrap_ci
-from .policies import POLICY_LABELS
+from .config import policy_config
+from .longview import (
+    budget_trend_rule_text,
+    budget_trend_table,
+    budget_trend_text,
+    drift_by_scope,
+    drift_table_recompute,
+    long_lengths_text,
+    main_setup_text,
+    qevict_by_scope,
+    scored_steps_text,
+)
+from .metrics import DRIFT_RULE, QEVICT_RULE, bootstrap_ci, drift_rule_verdict, lir_gain_correlation
+from .policies import POLICY_LABELS, make_policy
 from .quant import full_window_bytes, quant_window_bytes
+from .tuning import stale_reasons
+from .verdicts import missing_documents, qevict_recompute, qevict_value
 
 EVICTING = ("streaming", "h2o", "tova", "snapkv")
 RECALLING = ("qevict_recall", "quest", "h2o_recall", "snapkv_recall")
@@ -114,8 +128,6 @@ def budget_lir_example(bl: pd.DataFrame, gap_steps: int) -> str:
 def drift_glue(drift: pd.DataFrame, dv: dict) -> list:
     """The drift statistics in decoding order against their shuffled null (``experiment.drift``) and
     the declared rule's effect (``dv``: ``metrics.drift_rule_verdict``)."""
-    from .metrics import DRIFT_RULE
-
     return [
         ("ch4_drift_block", DRIFT_RULE["block_steps"], None),
         ("ch4_drift_shuffles", DRIFT_RULE["n_shuffles"], None),
@@ -222,9 +234,6 @@ def quest_pages_low(params, cfg, prefill_tokens: int, window_tokens: int, budget
     """Full windows per layer and KV head an offloading policy holds after the prefill at the lowest
     budget, its key digests paid (besides the sinks and the window being written); ``params``: the
     chapter's parameters, as ``experiment.policy_config`` reads them."""
-    from .experiment import policy_config
-    from .policies import make_policy
-
     nc0 = prefill_tokens // window_tokens
     qp = make_policy("quest", min(budgets), policy_config(params), cfg.n_layers, cfg.n_kv_heads, nc0 + 1)
     return nc0 if qp.fits_all(nc0) else qp.n_hold(nc0)
@@ -302,7 +311,6 @@ def tuning_glue(tuned: dict | None) -> list:
             ("ch4_tuning_when", "not searched", None),
             ("ch4_tuning_status", "not used", None),
         ]
-    from .tuning import stale_reasons
 
     sr = stale_reasons(tuned)
     status = (
@@ -332,8 +340,6 @@ def baselines(policies) -> list:
 def qevict_default(summary: pd.DataFrame, policies):
     """The declared QEvict rule on the default run: ``(share, verdict, rule table, why missing)``
     (``verdicts.qevict_value``), or not testable when QEvict-recall or every baseline is absent."""
-    from .verdicts import missing_documents, qevict_value
-
     base = baselines(policies)
     if "qevict_recall" in policies and base:
         share, v, table = qevict_value(summary, "qevict_recall", base)
@@ -474,8 +480,6 @@ def cold_glue(tier_bytes: pd.DataFrame, cfg) -> list:
 
 def long_glue(arts, missing, long_table: pd.DataFrame) -> list:
     """Which long runs are committed, missing or stale, and their re-decisions and promotions."""
-    from .longview import long_lengths_text, scored_steps_text
-
     rows = [
         ("ch4_long_lengths", long_lengths_text(), None),
         ("ch4_long_scored_steps", scored_steps_text([a.tables["summary"] for a in arts]), None),
@@ -609,18 +613,6 @@ def main_view(main, n_boot: int, seed: int, genre_labels: dict) -> dict:
     verdicts, the rule table and its forest plot's input, the per-scope tables, the budget trend and
     the glue rows (``glue``). Without a fresh main comparison the verdicts are None and every glued
     value says why."""
-    from .longview import (
-        budget_trend_rule_text,
-        budget_trend_table,
-        budget_trend_text,
-        drift_by_scope,
-        drift_table_recompute,
-        main_setup_text,
-        qevict_by_scope,
-    )
-    from .metrics import drift_rule_verdict, lir_gain_correlation
-    from .verdicts import missing_documents, qevict_recompute, qevict_value
-
     why = main_missing_reason(main)
     if why is not None:
         glue = [(k, f"not computed ({why})", None) for k in MAIN_GLUE]

@@ -9,6 +9,9 @@ import yaml
 
 from analysis.artifacts import REPO_ROOT, list_artifacts, read_artifact
 
+from .metrics import QEVICT_RULE, drift_rule_verdict, holm_adjust
+from .verdicts import by_genre, drift_rule_recompute, missing_documents, qevict_recompute, qevict_value
+
 LONG_SWEEP = REPO_ROOT / "sweeps" / "qevict_long.yaml"
 
 
@@ -63,9 +66,6 @@ def long_rule_tables(arts, policy: str = "qevict_recall", genre_labels: dict | N
     per genre: one row per (run, scope) with the documents it has, the outcome counts of its
     (baseline, budget) pairs and the share the ledger's rule tests (NaN when not testable: fewer
     documents than the rule needs, or the policy not run)."""
-    from .metrics import QEVICT_RULE
-    from .verdicts import by_genre, qevict_value
-
     rows = []
     for a in arts:
         s = a.tables["summary"].copy()
@@ -124,8 +124,6 @@ def drift_table_recompute(rel_excess, ends: pd.DataFrame, n_boot: int = 2000, se
     tables: ``rel_excess`` per document at the declared rule, ``ends`` (a long run's ``drift_ends``:
     the relative excess per document at each attention-dependent sensitivity end); alpha and the
     minimum effect as :func:`analysis.qevict.verdicts.drift_rule_recompute` applies them."""
-    from .verdicts import drift_rule_recompute
-
     n = len(np.asarray(rel_excess))
 
     def rel_at(name, value):
@@ -143,8 +141,6 @@ def drift_by_scope(drift: pd.DataFrame, genre_labels: dict | None = None, n_boot
     """The drift rule (:func:`analysis.qevict.metrics.drift_rule_verdict`) over all documents, per
     model and per genre: one row per scope with its documents, the mean relative excess, its interval
     and the rule's verdict (not testable below the rule's minimum of documents)."""
-    from .metrics import drift_rule_verdict
-
     d = drift.copy()
     d["genre"] = d.document.str.split(":").str[0]
     labels = genre_labels or {}
@@ -163,9 +159,6 @@ def qevict_by_scope(summary: pd.DataFrame, policy: str, baselines, genre_labels:
     """The declared QEvict rule on the pooled main comparison: over all units, per model, and per genre
     (both models pooled).  Returns (table: one row per (model, genre) with units and outcome counts,
     {(model, genre): (share, recompute, missing)} for :func:`analysis.claims.evaluate`)."""
-    from .metrics import QEVICT_RULE
-    from .verdicts import missing_documents, qevict_recompute, qevict_value
-
     labels = genre_labels or {}
     scopes = [("both", "all genres", summary)]
     scopes += [(m, "all genres", d) for m, d in summary.groupby("model", sort=False)]
@@ -240,9 +233,8 @@ def budget_trend_rule(summary: pd.DataFrame, policy: str, rule: dict = BUDGET_TR
     """Apply :data:`BUDGET_TREND_RULE` to ``policy``: returns ({model: verdict}, one row per (model,
     budget step) with the documents, the geometric-mean KL at both budgets, the mean log ratio, the
     Holm-adjusted p-values of a fall and of a rise, and the outcome)."""
-    from scipy import stats as st
+    from scipy import stats as st  # optional heavy dependency
 
-    from .metrics import holm_adjust
 
     eps, alpha = rule["eps"], rule["alpha"]
     d = summary[summary.policy == policy]

@@ -19,14 +19,18 @@ loop over the accesses calling the library (``benchmarks/bench_admission.py`` ti
 """
 from __future__ import annotations
 
+import dataclasses
 import time
+from importlib.metadata import version
 
 import numpy as np
 
 from .. import cache as _cache
 from ..traces import Trace
-from .hitcurve import HitCurve
+from . import replay as _rp
+from .hitcurve import HitCurve, lru_hit_curve
 from .policies import next_use
+from .tiers import build_tier
 
 EVICTION = ("lru", "fifo", "s3fifo", "sieve", "arc", "wtinylfu", "belady")
 ADMISSION = ("all", "second_use", "oracle_reuse")
@@ -36,7 +40,7 @@ NEVER = 2**62
 def _make(policy: str, capacity: int, n_distinct: int):
     """The library's cache, its hash table sized to the trace (the default 2^24 buckets cost ~0.5 s
     to allocate per cache)."""
-    import libcachesim as lcs
+    import libcachesim as lcs  # optional heavy dependency
 
     hp = max(12, min(26, int(np.ceil(np.log2(max(n_distinct, 2)))) + 1))
     cls = {"lru": lcs.LRU, "fifo": lcs.FIFO, "s3fifo": lcs.S3FIFO, "sieve": lcs.Sieve, "arc": lcs.ARC,
@@ -64,7 +68,7 @@ def simulate(trace: Trace, capacity_blocks: int, policy: str = "lru", admission:
     c = check(policy, admission, capacity_blocks)
     if policy == "lru" and admission == "all" and hc is not None and not library_lru:
         return _lru_from_curve(trace, hc, c)
-    import libcachesim as lcs
+    import libcachesim as lcs  # optional heavy dependency
 
     ids = trace.block_ids.tolist()
     tok = trace.block_tokens.tolist()
@@ -73,7 +77,6 @@ def simulate(trace: Trace, capacity_blocks: int, policy: str = "lru", admission:
     nxt = next_use(trace.block_ids)
     if admission == "oracle_reuse":
         if hc is None:
-            from .hitcurve import lru_hit_curve
             hc = lru_hit_curve(trace)
         d_next = np.where(nxt < n, hc.distance[np.minimum(nxt, max(n - 1, 0))], NEVER)
         admit = (d_next <= c).tolist()
@@ -163,7 +166,6 @@ def curves(trace: Trace, capacities_blocks, runs, *, use_cache: bool = True) -> 
             check(p, a, c)
 
     def compute():
-        from .hitcurve import lru_hit_curve
         hc = lru_hit_curve(trace)
         rows = []
         for p, a in runs:
@@ -184,7 +186,6 @@ def curves(trace: Trace, capacities_blocks, runs, *, use_cache: bool = True) -> 
 
 
 def _lib_version() -> str:
-    from importlib.metadata import version
     return version("libcachesim")
 
 
@@ -193,10 +194,6 @@ def costs(trace: Trace, rows: list[dict], d, econ, tier_key: str = "nvme") -> li
     drives of ``tier_key`` pro rata to the store's capacity (capex and energy), its wear
     (bytes written x price / rated bytes), the reads slowed by those writes, and the GPUs'
     prefill time (:func:`analysis.tiering.replay.service_from_hits`, busy view)."""
-    import dataclasses
-
-    from . import replay as _rp
-    from .tiers import build_tier
 
     full = build_tier(tier_key, d)
     duration = max(float(trace.arrival_s[-1] / econ.load_scale), 1.0)
