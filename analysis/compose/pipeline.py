@@ -69,13 +69,16 @@ import numpy as np
 
 from .. import forward as fw
 from .. import kv
+from ..cache import cached
 from ..data import content_id
 from ..disagg import devices as _devices
-from ..disagg import search
+from ..disagg import search, study
 from ..forward import Precision
 from ..specs import ModelSpec
 from ..specs import model as _model
+from ..tiering import load_trace, lru_hit_curve
 from ..tiering import tiers as _tiers
+from ..tiering.endurance import read_factor
 from .fidelity import KVPolicy
 
 MODES = ("C", "PD", "AF", "3-way", "PDAF")
@@ -127,9 +130,6 @@ class ReuseCurve:
 
 def reuse_curve_from_trace(trace="mooncake_conversation") -> ReuseCurve:
     """The normalised LRU hit curve of a trace (chapter 2), cached on disk."""
-    from ..cache import cached
-    from ..tiering import load_trace, lru_hit_curve
-
     def compute():
         tr = load_trace(trace)
         hc = lru_hit_curve(tr)
@@ -273,8 +273,6 @@ def plan(mode: str, model, gpu: str, input_tokens: float, output_tokens: float, 
     """Chapter 3's best plan (memoised in the process), searched over chapter 3's grid on GPUs
     (:func:`analysis.disagg.study.gpu_grid`: two-micro-batch overlap of communication and compute in
     C, P and D instances included, as chapter 3 searches it); ``overlap=False``: the grid without it."""
-    from ..disagg import study
-
     return search.best_plan(mode, model, search.Workload(input_tokens, output_tokens),
                             search.SLO(ttft_slo_s, tpot_slo_s), hardware(gpu, transfer_overhead),
                             budget=int(budget), prec=precision(kv_hot_ratio),
@@ -382,8 +380,6 @@ def prefix_writes(s: Scenario, tiers, reuse: ReuseCurve, inst_s: float) -> tuple
     :func:`analysis.tiering.endurance.read_factor` of their bandwidth. Wear is
     ``bytes x usd_per_byte_written``, charged by chapter 2's replacement rule (only the wear above the
     tier's capex share of the request)."""
-    from ..tiering.endurance import read_factor
-
     I = float(s.input_tokens)
     edges = np.cumsum([t.capacity_tokens for t in tiers])
     above = np.concatenate([[0.0], edges[:-1]])

@@ -2,10 +2,14 @@
 (label ``fig-qevict-fmm`` -> :func:`fig_qevict_fmm`); each returns the matplotlib Figure."""
 from __future__ import annotations
 
+import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+import seaborn as sns
 
 from ..plots import LINESTYLES
+from .metrics import pareto_mask
 from .policies import POLICY_LABELS
 
 
@@ -21,8 +25,6 @@ OUTCOME_COLORS = {"better": "#1b9e77", "not worse": "#7fc97f", "unclear": "#9999
 def _forest(rule_table: pd.DataFrame, title: str = ""):
     """KL ratio QEvict / baseline (geometric mean over documents) with its Holm-level interval, one
     row per (baseline, budget), coloured by the rule's outcome; the 10% non-inferiority margin dotted."""
-    import matplotlib.pyplot as plt
-
     t = rule_table.sort_values(["baseline", "budget"]).reset_index(drop=True)
     n = len(t)
     fig, ax = plt.subplots(figsize=(7.0, 0.2 * n + 1.4))
@@ -51,8 +53,6 @@ def fig_qevict_pareto(ptab: pd.DataFrame, palette: dict, markers: dict):
     """Two views of the three-way trade-off (on-device bytes, recall bytes per step, KL): KL against
     the on-device share (left) and against the recall traffic (right); the points not dominated on
     all three are outlined and joined per panel by their two-way front."""
-    import matplotlib.pyplot as plt
-
     fig, axes = plt.subplots(1, 2, figsize=(8.2, 4.8), sharey=True)
     views = ((axes[0], "device_frac", "on-device bytes\n(fraction of the full cache, mean over steps)"),
              (axes[1], "recall_bytes_per_step", "recall traffic per decoding step\n[bytes] (symlog)"))
@@ -61,7 +61,6 @@ def fig_qevict_pareto(ptab: pd.DataFrame, palette: dict, markers: dict):
             ax.scatter(d[x], d.kl, color=palette.get(lab, "k"), marker=markers.get(lab, "o"), s=36,
                        edgecolor=np.where(d.pareto, "k", "none"), linewidth=1.2, label=lab, zorder=3)
         pts = ptab[[x, "kl"]].values
-        from .metrics import pareto_mask
 
         fr = ptab[pareto_mask(pts)].sort_values(x)
         ax.step(fr[x], fr.kl, where="post", color="k", lw=0.8, ls="--", zorder=2)
@@ -77,8 +76,6 @@ def fig_qevict_pareto(ptab: pd.DataFrame, palette: dict, markers: dict):
 
 def fig_qevict_drift_null(drift: pd.DataFrame):
     """Per document, each drift statistic in decoding order against its shuffled-order null."""
-    import matplotlib.pyplot as plt
-
     stats = [("miss", "far-pair missed share\n(declared statistic)"), ("global_lir", "Global LIR"),
              ("budget_lir", "budget-relative LIR")]
     fig, axes = plt.subplots(1, 3, figsize=(8.2, 0.35 * len(drift) + 2.0), sharey=True)
@@ -111,9 +108,6 @@ def genre_kl_ratios(summary: pd.DataFrame, policy: str, baselines, labels: dict)
 
 def fig_qevict_genres(ratios: pd.DataFrame):
     """Heat map of :func:`genre_kl_ratios` (log2 colour scale, the ratio written in each cell)."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
     t = ratios
     fig, ax = plt.subplots(figsize=(min(0.55 * t.shape[1] + 2.6, 8.2), 0.5 * t.shape[0] + 2.2))
     sns.heatmap(np.log2(t), annot=t.map("{:.2f}".format), fmt="", cmap="RdBu_r", center=0, ax=ax,
@@ -129,9 +123,6 @@ def fig_qevict_long_kl(long_table: pd.DataFrame, palette: dict, markers: dict):
     """KL against the budget for every policy, one panel per committed long run (mean over its
     documents): the committed long-context table (``longview.long_results``) as a figure, whose full
     table the chapter offers as a CSV download."""
-    import matplotlib
-    import matplotlib.pyplot as plt
-
     runs = list(dict.fromkeys(long_table.run))
     n = len(runs)
     ncol = min(n, 2)
@@ -195,9 +186,6 @@ def heatmap_frame(attn_full: np.ndarray, prefill_tokens: int, window_tokens: int
 def fig_qevict_heatmap(attn_full: np.ndarray, prefill_tokens: int, window_tokens: int, layer: int,
                        document: str, cmap: str = "viridis"):
     """log10 attention mass per window and decoding step (:func:`heatmap_frame`)."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
     h = heatmap_frame(attn_full, prefill_tokens, window_tokens, layer)
     fig, ax = plt.subplots(figsize=(7.6, 4.8))
     sns.heatmap(np.log10(h.clip(lower=1e-4)), ax=ax, cmap=cmap, vmin=-4, vmax=0,
@@ -212,9 +200,6 @@ def fig_qevict_heatmap(attn_full: np.ndarray, prefill_tokens: int, window_tokens
 def fig_qevict_lir(lir: pd.DataFrame, gap_steps: int, seed: int, colour):
     """Global LIR per layer (left) and the attention mass on re-activated windows (right), mean over
     documents with a 95% bootstrap interval."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
     fig, axes = plt.subplots(1, 2, figsize=(8.2, 3.6))
     sns.lineplot(data=lir, x="layer", y="lir", ax=axes[0], marker="o", errorbar=("ci", 95), seed=seed)
     axes[0].set_ylabel("Global LIR (fraction re-activated)")
@@ -230,9 +215,6 @@ def fig_qevict_lir(lir: pd.DataFrame, gap_steps: int, seed: int, colour):
 
 
 def _budget_lines(ax, data, col, order, palette, markers, seed, legend="auto"):
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
     sns.lineplot(data=data, x="budget", y=col, hue="label", style="label", hue_order=order, style_order=order,
                  palette=palette, markers=markers, dashes=False, errorbar=("ci", 95), seed=seed, ax=ax,
                  legend=legend)
@@ -242,8 +224,6 @@ def _budget_lines(ax, data, col, order, palette, markers, seed, legend="auto"):
 def fig_qevict_fmm(summary: pd.DataFrame, order, palette, markers, seed: int):
     """Future Missed Mass against the budget, on windows held quantized (left) and on windows not
     readable (right), per policy with 95% intervals over documents; ``summary`` without the full cache."""
-    import matplotlib.pyplot as plt
-
     fig, axes = plt.subplots(1, 2, figsize=(8.2, 5.0), sharey=True)
     for ax, col, title in ((axes[0], "fmm_quantized", "held quantized"),
                            (axes[1], "fmm_evicted", "not readable (evicted / offloaded)")):
@@ -262,8 +242,6 @@ def fig_qevict_fmm(summary: pd.DataFrame, order, palette, markers, seed: int):
 def fig_qevict_outcomes(summary: pd.DataFrame, order, palette, markers, seed: int):
     """KL, perplexity change, top-1 agreement and needle accuracy against the budget, per policy;
     ``summary`` with the full cache, whose needle accuracy is the dotted line."""
-    import matplotlib.pyplot as plt
-
     sp = summary[summary.policy != "full"]
     fig, axes = plt.subplots(2, 2, figsize=(8.2, 8.0))
     panels = [("kl", "KL(full ‖ policy) per token [nats]", sp),
@@ -302,8 +280,6 @@ def fig_qevict_main_forest(rule_table: pd.DataFrame, n_units: int):
 def fig_qevict_lir_gain(table: pd.DataFrame, colour):
     """Per document (annotated), the KL gain of recall over MiKV against the document's Global LIR
     (``table``: ``lir`` and ``kl_gain`` by document, from ``metrics.lir_gain_correlation``)."""
-    import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots(figsize=(5.5, 4))
     ax.scatter(table.lir, table.kl_gain, color=colour)
     for d, r in table.iterrows():
@@ -331,8 +307,6 @@ def tier_bytes_long(tier_bytes: pd.DataFrame) -> pd.DataFrame:
 
 def fig_qevict_tier_bytes(tier_bytes: pd.DataFrame, order, palette):
     """Bytes per token of context held per tier, per policy (panels) and budget (bars)."""
-    import seaborn as sns
-
     long = tier_bytes_long(tier_bytes)
     g = sns.catplot(data=long, x="budget", y="bytes_per_token", hue="tier", col="label", col_wrap=4,
                     kind="bar", col_order=[o for o in order if o in set(long.label)],
