@@ -1,39 +1,50 @@
 """The shared package of the book: every number and figure of a chapter is computed here.
 
-Chapters (``book/``) are thin: they set parameters, call this package, plot and glue. Which code
-each chapter runs:
+Chapters (``book/``) are thin: they set parameters, call this package, plot and glue. Each chapter has
+one unit of code: a parameter schema (``params``, registered with :mod:`.params`), the library it
+drives, the tables and glued values its cells show (``chapter``) and its figures (``figures``, one
+function per figure, named after the figure's label).
 
 =========================  ==========================================================================
 chapter                    code
 =========================  ==========================================================================
-``01_kv_footprint``        :mod:`.kv` (KV bytes and FLOPs per token, each attention family),
-                           :mod:`.specs` (models and hardware from ``data/``), :mod:`.roofline`;
-                           schema :mod:`.kv_params`
-``02_ssd_offload``         :mod:`.tiering` (hit curves, tiers, load vs recompute, replay), on
-                           :mod:`.traces` and :mod:`.forward`
-``03_disagg``              :mod:`.disagg` (devices, deployment modes, plan search, validation), on
-                           :mod:`.forward`
-``04_qevict``              :mod:`.qevict` (numpy GGUF model, KV cache, policies, drift metrics)
+``01_kv_footprint``        :mod:`.kv_params`, :mod:`.kv_chapter`, :mod:`.kv_figures`, on :mod:`.kv`
+                           (KV bytes and FLOPs per token of each attention family), :mod:`.specs`
+                           and :mod:`.roofline`
+``02_ssd_offload``         :mod:`.tiering` (hit curves, tiers, load vs recompute, routing, replay),
+                           on :mod:`.traces` and :mod:`.forward`
+``03_disagg``              :mod:`.disagg` (devices, deployment modes, plan search, validation, event
+                           simulation), on :mod:`.forward`
+``04_qevict``              :mod:`.qevict` (numpy GGUF and Gemma models, KV cache, policies, drift
+                           metrics, frozen tuned settings, long-run artifacts)
 ``05_where_kv_lives``      :mod:`.compose` (chapters 1-4 composed into cost per token), calling the
-                           public functions of :mod:`.tiering`, :mod:`.disagg` and :mod:`.qevict`;
-                           timed by :mod:`.forward`
-``appendix_reproduce``     :mod:`.data`, :mod:`.report` (files, versions, measured resources)
+                           public functions of :mod:`.tiering`, :mod:`.disagg` and :mod:`.qevict`
+``appendix_reproduce``     :mod:`.data`, :mod:`.report`, :mod:`.resources`
 =========================  ==========================================================================
 
-Layers (a module imports only from its own layer or the layers above it):
+Layers, bottom to top: a module imports only from its own layer and the layers below it, never from
+a layer above; ``tests/test_layers.py`` checks this and that the import graph has no cycle, counting
+every import (function-local ones too) and every module name written in a string.
 
-1. **data and specs**: :mod:`.data` (external files through ``data/registry.yaml``, verified by
-   sha256; in-repo tables with provenance), :mod:`.specs` (typed model and hardware specs).
-2. **core models**, shared by the chapters: :mod:`.kv`, :mod:`.roofline` (the roofline primitive and
-   Mooncake's Eq. 2 as the paper writes it), :mod:`.forward` (the one time model: every operator and
-   forward pass of chapters 2, 3 and 5, priced through pluggable backends, the roofline by default),
-   :mod:`.traces` (request-trace readers).
-3. **chapter subpackages**: :mod:`.tiering`, :mod:`.disagg`, :mod:`.qevict`; none imports another.
-4. **composition**: :mod:`.compose` (chapter 5) imports the three subpackages' public functions.
+1. **data**: :mod:`.data` (external files through ``data/registry.yaml``, verified by sha256; in-repo
+   tables with provenance), :mod:`.specs` (typed model and hardware specs).
+2. **utilities**, used by every layer above: :mod:`.report` (glue, footers), :mod:`.plots` (one
+   theme), :mod:`.params` (schema registry and validation; imports no module of ``analysis``),
+   :mod:`.cache` (on-disk result cache), :mod:`.deps` (what a chapter or cached function depends on:
+   the keys of both caches), :mod:`.artifacts` (committed long-run results with provenance),
+   :mod:`.claims` (the one verdict engine), :mod:`.resources` (measured build resources). They import
+   only the data layer and each other: no core model, no chapter, no tool.
+3. **core models**, shared by the chapters: :mod:`.kv`, :mod:`.roofline` (the roofline primitive and
+   Mooncake's closed form as the paper writes it), :mod:`.forward` (the one time model of every
+   chapter: operators priced by pluggable backends), :mod:`.traces` (request-trace readers).
+4. **chapters**: chapter 1's ``kv_*`` modules, :mod:`.tiering`, :mod:`.disagg`, :mod:`.qevict`; none
+   imports another.
+5. **composition**: :mod:`.compose` (chapter 5) imports the chapters' public functions.
+6. **tools**: :mod:`.build` (``make book``), :mod:`.rerun` (``python -m analysis.rerun``),
+   :mod:`.chapters` (which module holds each chapter's schema, by name), :mod:`.glued` (every glued
+   value recorded and compared); ``python -m analysis.data --fetch-all`` (``make data``).
 
-Beside the layers, used by all: :mod:`.report` (glue, verdicts, footers), :mod:`.plots` (one theme),
-:mod:`.params` (papermill schemas and validation), :mod:`.cache` (on-disk result cache) and
-:mod:`.deps` (what each chapter and cached function depends on: the keys of both caches). Tools:
-:mod:`.build` (``make book``), :mod:`.rerun` (``python -m analysis.rerun``), ``python -m
-analysis.data --fetch-all`` (``make data``).
+Imports sit at the top of each module; a function-local import is kept only for an optional heavy
+dependency (papermill, jupytext, scipy, ...: marked ``# optional heavy dependency``) and in the
+modules of :mod:`.qevict` whose source keys committed long-run artifacts.
 """

@@ -25,9 +25,12 @@ A new module must be placed in :data:`LAYERS` (the test names any that is not).
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
+
+import analysis
 
 PACKAGE = Path(__file__).resolve().parent.parent / "analysis"
 
@@ -248,3 +251,18 @@ def test_checker_accepts_downward_imports(src, dst):
 def test_checker_names_a_module_in_no_layer():
     v = violations({"analysis.newthing": set()})
     assert v and "in no layer" in v[0]
+
+
+def test_package_docstring_lists_each_module_in_its_layer():
+    """The layer picture of ``analysis/__init__.py`` is the one this test enforces."""
+    paras = re.split(r"\n(?=\d\. \*\*)", analysis.__doc__.split("Layers, bottom to top")[1])[1:]
+    assert len(paras) == len(LAYERS)
+    mods = modules()
+    for i, ((name, _, units), para) in enumerate(zip(LAYERS, paras), 1):
+        assert para.startswith(f"{i}. **{name}**"), para[:40]
+        for prefix in units:
+            if prefix not in mods:
+                continue  # named for a module that may come (e.g. analysis.timing)
+            short = prefix.removeprefix("analysis.")
+            shown = f":mod:`.{short}`" in para or (short.startswith("kv_") and "``kv_*``" in para)
+            assert shown, f"{prefix} is not in layer {name!r} of analysis/__init__.py's docstring"
