@@ -191,3 +191,22 @@ def test_fidelity_rows_long_runs_and_top_options():
     )
     t = cc.top_options_table(at, n=1)
     assert len(t) == 1 and t["USD / M tokens"].iloc[0] == "1.000" and t["TPOT (ms)"].iloc[0] == "50.0"
+
+
+def test_flipped_table_and_interactive_map_cells():
+    cells = pd.DataFrame(
+        {
+            "context": [4096, 8192],
+            "hit_rate": 0.0,
+            "ssd_price_factor": 1.0,
+            "option": ["a", "b"],
+            "flipped_by": ["GPU rent", ""],
+            "flips": [True, False],
+        }
+    )
+    t = cc.flipped_table(cells)
+    assert list(t["cheapest option"]) == ["a"] and "prompt (tokens)" in t
+    assert list(cc.flipped_table(cells.assign(flips=False)).columns) == ["cells that flip"]
+    every = pd.DataFrame({"ssd_price_factor": [1.0]})
+    ic, ie = cc.interactive_map_cells(BASE, [4096], [0.0], [1.0], [1.0], [], REUSE, None, cells, every)
+    assert list(ic["option"]) == ["a", "b"] and len(ie) == 1  # no new price: the main map's cells only

@@ -401,3 +401,32 @@ def top_options_table(at_ref: pd.DataFrame, n: int = 10) -> pd.DataFrame:
             "hit rate realised (%)": top["realized_hit_rate"].map("{:.0%}".format),
         }
     )
+
+
+MAP_COLUMNS = {"context": "prompt (tokens)", "hit_rate": "reuse (hit rate)",
+               "ssd_price_factor": "SSD price ×"}
+
+
+def flipped_table(cells: pd.DataFrame, n: int = 15) -> pd.DataFrame:
+    """The first ``n`` cells whose cheapest option flips within the declared ranges, and at which
+    range; one row saying none does otherwise."""
+    flipped = cells[cells["flips"]]
+    if not len(flipped):
+        return pd.DataFrame([{"cells that flip": "none within the declared ranges"}])
+    return (
+        flipped[["context", "hit_rate", "ssd_price_factor", "option", "flipped_by"]]
+        .rename(columns={**MAP_COLUMNS, "option": "cheapest option", "flipped_by": "flips at"})
+        .head(n)
+    )
+
+
+def interactive_map_cells(base, contexts, hit_rates, ssd_price_factors, factors, opts, reuse, floor, cells,
+                          every):
+    """The decision map at the interactive SSD prices ``factors``: the main map's cells where it was
+    computed at those prices, a new map (``decide.decision_map``) at the others."""
+    extra = [f for f in factors if f not in ssd_price_factors]
+    if extra:
+        icells, ievery = decide.decision_map(base, contexts, hit_rates, extra, opts, reuse, floor)
+    else:
+        icells, ievery = cells.iloc[:0], every.iloc[:0]
+    return interactive_maps(cells, every, factors, icells, ievery)
