@@ -3,6 +3,8 @@ points are the rows of ``data/npu_design_points.csv`` (read here as data, as
 :func:`analysis.disagg.devices.npu_names` reads them)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..data import table
 from ..params import Param, Schema, register
 from ..specs import hardware_names, model_names
@@ -20,7 +22,7 @@ def _npus():
     return [str(n) for n in table("npu_design_points.csv")["name"]]
 
 
-SCHEMA = register(Schema("03_disagg", {
+PARAMS = {
     "models": Param(
         [
             "Llama-3.1-405B",
@@ -107,5 +109,72 @@ SCHEMA = register(Schema("03_disagg", {
         min=0.05,
         max=1.5,
     ),
-}))
+}
+
+
+# ------------------------------------------------------------------------- typed configuration
+# Each field is the parameter of the same name (no defaults here: the schema above holds them).
+
+@dataclass(frozen=True)
+class Workload:
+    """The models and request shapes of the sweep."""
+
+    models: list
+    ratios: list
+    output_tokens: int
+    enforce_context_window: bool
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The devices every role may run on, the precision and the attention<->FFN link."""
+
+    gpus: list
+    npu_points: list
+    role_hardware: dict
+    precision: str
+    af_interconnect: str
+
+
+@dataclass(frozen=True)
+class Slo:
+    """The service-level objectives a plan must meet."""
+
+    ttft_slo_s: float
+    ttft_slo_s_per_1k_input: float
+    tpot_slo_s: float
+
+
+@dataclass(frozen=True)
+class Search:
+    """The plan search's device budget, its focus (Pareto fronts, plan picture) and the ablation."""
+
+    budget_devices: int
+    focus_model: str
+    focus_ratio: float
+    ablation_model: str
+    ablation_ratios: list
+
+
+@dataclass(frozen=True)
+class Validation:
+    """The calibration fit and the event simulation that checks the screen's best plans."""
+
+    validation_fit_evals: int
+    des_top_k: int
+    des_load: float
+
+
+@dataclass(frozen=True)
+class DisaggConfig:
+    """Chapter 3's parameters, typed and grouped: ``SCHEMA.config(values)``."""
+
+    workload: Workload
+    hardware: Hardware
+    slo: Slo
+    search: Search
+    validation: Validation
+
+
+SCHEMA = register(Schema("03_disagg", PARAMS, config=DisaggConfig))
 PARAMS = SCHEMA
