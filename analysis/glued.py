@@ -14,10 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import subprocess
 import sys
 from pathlib import Path
 
 import yaml
+
+from .report import glued_values
 
 REPO = Path(__file__).resolve().parent.parent
 JCACHE = REPO / "_build" / ".jupyter_cache"
@@ -32,9 +35,7 @@ class GluedError(RuntimeError):
 
 def executed_pages(jcache: Path = JCACHE) -> dict[str, dict]:
     """Raw glued values of every page executed by the last build: ``{page stem: {name: value}}``."""
-    from jupyter_cache import get_cache
-
-    from .report import glued_values
+    from jupyter_cache import get_cache  # optional heavy dependency
 
     if not Path(jcache).exists():
         raise GluedError(f"no executed pages under {jcache}: run `make book` first")
@@ -125,7 +126,6 @@ def main(argv=None) -> int:
     try:
         pages = executed_pages(a.cache)
         if a.action == "record":
-            import subprocess
             commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
                                     text=True).stdout.strip()
             record(pages, commit)

@@ -271,3 +271,40 @@ def test_package_docstring_lists_each_module_in_its_layer():
                 continue  # named for a module that may come (analysis.timing)
             shown = f":mod:`.{short}`" in para
             assert shown, f"{prefix} is not in layer {name!r} of analysis/__init__.py's docstring"
+
+
+# committed long-run artifacts are keyed on these modules' source bytes (docs: analysis.artifacts);
+# their function-local imports stay until the artifacts are regenerated
+KEYED = {f"analysis.qevict.{m}" for m in (
+    "corpora", "gemma_model", "gguf_model", "kernels", "kvcache", "longrun", "metrics", "policies", "quant",
+    "runner", "tokenizer", "verdicts")}
+HEAVY = "# optional heavy dependency"
+
+
+def local_imports(source: str) -> list[tuple[int, str]]:
+    """(line, source line) of every import inside a function that is not marked :data:`HEAVY`."""
+    lines = source.splitlines()
+    out = []
+
+    def visit(node, in_function):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)) and in_function:
+                if HEAVY not in lines[child.lineno - 1]:
+                    out.append((child.lineno, lines[child.lineno - 1].strip()))
+            visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+    visit(ast.parse(source), False)
+    return out
+
+
+def test_imports_sit_at_module_level():
+    """A function-local import is kept only for an optional heavy dependency, marked so."""
+    found = [f"{m}:{n}: {line}" for m, (f, _) in modules().items() if m not in KEYED
+             for n, line in local_imports(f.read_text())]
+    assert found == []
+
+
+def test_local_import_check_sees_unmarked_imports():
+    src = (f"import os\n\ndef f():\n    import json\n    import torch  {HEAVY}\n\n"
+           "    def g():\n        from . import x\n")
+    assert [n for n, _ in local_imports(src)] == [4, 8]
