@@ -160,16 +160,57 @@ def test_block_size_bounds_memory():
     assert big.block * 4 * 2 * 400 * 3 <= 2 * (1 << 21) + 16 * 4 * 2 * 400 * 3
 
 
-def test_free_running_answers_match_teacher_forced_exact_match():
-    """Free-running generation inside the needle answers: each stream reads back its own predictions.
+def _free_running_matches_teacher_forced(model, tokens, P, D, answers):
+    """Free-running generation inside the answers: each stream reads back its own predictions.
     On the first answer, exact match equals the teacher-forced one (identical until the first wrong
-    digit); later answers may differ, since a wrong generated answer stays in the context."""
-    pytest.importorskip("gguf")
-    from analysis.qevict import corpora
-    from analysis.qevict.gguf_model import gguf_path, load_model
+    token); later answers may differ, since a wrong generated answer stays in the context."""
     from analysis.qevict.metrics import needle_accuracy
     from analysis.qevict.policies import PolicyConfig
     from analysis.qevict.runner import run_document
+
+    pc = PolicyConfig(window=16, group=16, snap_obs_tokens=16)
+    args = (model, tokens, P, D, ["streaming", "kivi2"], [0.3], pc)
+    tf = run_document(*args)
+    fr = run_document(*args, free_run_spans=answers)
+    first = answers[:1]
+    np.testing.assert_array_equal(needle_accuracy(tf, first), needle_accuracy(fr, first))
+    a, b = answers[0]
+    steps = np.arange(a, b) - P - 1
+    for i in range(len(fr["streams"])):
+        gen, ref = fr["argmax"][steps, i], tokens[a:b]
+        first_wrong = np.nonzero(gen != ref)[0]
+        k = first_wrong[0] + 1 if len(first_wrong) else len(gen)
+        np.testing.assert_array_equal(gen[:k], tf["argmax"][steps, i][:k])  # same until the first error
+    with pytest.raises(ValueError, match="after the prefill"):
+        run_document(*args, free_run_spans=[(P - 4, P + 2)])
+    return tf, fr
+
+
+def test_free_running_answers_match_teacher_forced_exact_match():
+    """On a tiny random-weight model, with answers that are the model's own greedy continuations (so
+    that the full cache answers them and the compressed streams answer some and miss others)."""
+    from tests._tiny_model import tiny_llama, tiny_tokens
+
+    model = tiny_llama()
+    P, D = 128, 40
+    tokens = tiny_tokens(P + D + 1, seed=2)
+    answers = [(P + 6, P + 14), (P + 22, P + 30)]
+    for a, b in answers:
+        for j in range(a, b):
+            tokens[j] = int(model.prefill(tokens[:j], logits="last")["logits"].argmax())
+    tf, fr = _free_running_matches_teacher_forced(model, tokens, P, D, answers)
+    from analysis.qevict.metrics import needle_accuracy
+
+    acc = needle_accuracy(tf, answers[:1])
+    assert acc[0] == 1 and acc.min() < 1  # the full cache answers; a compressed stream does not
+
+
+@pytest.mark.real_weights
+def test_free_running_answers_match_teacher_forced_exact_match_real_weights():
+    """The same on SmolLM2 and a needle document (its answers are digits the real model retrieves)."""
+    pytest.importorskip("gguf")
+    from analysis.qevict import corpora
+    from analysis.qevict.gguf_model import gguf_path, load_model
     from analysis.qevict.tokenizer import load_tokenizer
 
     try:
@@ -179,21 +220,7 @@ def test_free_running_answers_match_teacher_forced_exact_match():
     model, tok = load_model(), load_tokenizer()
     P, D = 192, 64
     doc = corpora.load_document("needle:textwrap", tok, P + D + 1, prefill_tokens=P, n_needles=2, n_queries=2)
-    pc = PolicyConfig(window=16, group=16, snap_obs_tokens=16)
-    args = (model, doc.tokens, P, D, ["streaming", "kivi2"], [0.3], pc)
-    tf = run_document(*args)
-    fr = run_document(*args, free_run_spans=doc.answers)
-    first = doc.answers[:1]
-    np.testing.assert_array_equal(needle_accuracy(tf, first), needle_accuracy(fr, first))
-    a, b = doc.answers[0]
-    steps = np.arange(a, b) - P - 1
-    for i in range(len(fr["streams"])):
-        gen, ref = fr["argmax"][steps, i], doc.tokens[a:b]
-        first_wrong = np.nonzero(gen != ref)[0]
-        k = first_wrong[0] + 1 if len(first_wrong) else len(gen)
-        np.testing.assert_array_equal(gen[:k], tf["argmax"][steps, i][:k])  # same until the first error
-    with pytest.raises(ValueError, match="after the prefill"):
-        run_document(*args, free_run_spans=[(P - 4, P + 2)])
+    _free_running_matches_teacher_forced(model, doc.tokens, P, D, doc.answers)
 
 
 def _retier_offload(c, rng_seed, nc):

@@ -1,5 +1,8 @@
 """Gemma 3 270M: package checksum, context limit, tokenizer, forward pass (prefill == decode through
-the multi-stream cache with the sliding-window layers), layout check."""
+the multi-stream cache with the sliding-window layers), layout check.
+
+Prefill == decode runs on a tiny random-weight Gemma 3 (tests/_tiny_model.py: 32-token sliding window)
+and once on the real weights (marked ``real_weights``, like the other checks that load them)."""
 import numpy as np
 import pytest
 
@@ -40,7 +43,7 @@ def test_context_above_maximum_rejected_before_work():
 
 
 @pytest.fixture(scope="module")
-def model():
+def model():  # the real weights: tests using it are marked real_weights
     return gemma_model.load_gemma()
 
 
@@ -51,6 +54,7 @@ def tok():
     return load_tokenizer(gemma_model.gemma_gguf_path())
 
 
+@pytest.mark.real_weights
 def test_shape(model):
     c = model.cfg
     assert (c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.d_model) == (18, 4, 1, 256, 640)
@@ -65,15 +69,10 @@ def test_tokenizer_round_trip(tok, text):
     assert list(tok.prefix) == [2]  # <bos> starts every document
 
 
-def test_prefill_equals_decode_through_cache(model, tok):
-    """Local layers cross their 512-token window during decoding, the global ones go through the
-    multi-stream cache: the logits equal the full prefill's."""
-    from analysis.qevict import corpora
+def _prefill_equals_decode(model, ids, P):
     from analysis.qevict.kvcache import MultiStreamCache
 
-    ids = np.r_[tok.prefix, tok.encode(corpora.module_source("argparse"))][:560]
     full = model.prefill(ids, logits="all")["logits"]
-    P = 496
     pre = model.prefill(ids[:P], logits="last")
     np.testing.assert_allclose(pre["logits"], full[P - 1], rtol=1e-3, atol=3e-2)
     cache = MultiStreamCache(model.kv_cfg, 2, pre["k"], pre["v"], len(ids), window=16, bits=0, group=16)
@@ -85,6 +84,26 @@ def test_prefill_equals_decode_through_cache(model, tok):
         assert lg[0].argmax() == full[pos].argmax()
 
 
+@pytest.mark.parametrize("P", [16, 48])
+def test_prefill_equals_decode_through_cache(P):
+    """Local layers (32-token window) fill their window during decoding (P = 16) or start from a full
+    one (P = 48) and wrap around, the global ones go through the multi-stream cache: the logits equal
+    the full prefill's."""
+    from tests._tiny_model import tiny_gemma, tiny_tokens
+
+    _prefill_equals_decode(tiny_gemma(), tiny_tokens(P + 40, seed=1), P)
+
+
+@pytest.mark.real_weights
+def test_prefill_equals_decode_through_cache_real_weights(model, tok):
+    """The same on Gemma's weights: the local layers cross their 512-token window during decoding."""
+    from analysis.qevict import corpora
+
+    ids = np.r_[tok.prefix, tok.encode(corpora.module_source("argparse"))][:528]
+    _prefill_equals_decode(model, ids, 496)
+
+
+@pytest.mark.real_weights
 def test_layout_right_vs_wrong(model, tok):
     from analysis.qevict import corpora
 

@@ -1,31 +1,22 @@
-"""Offloading and recall (issue 14): the OFFLOADED tier, key digests, Quest's per-step page loads."""
+"""Offloading and recall: the OFFLOADED tier, key digests, Quest's per-step page loads (on a tiny
+random-weight Llama of SmolLM2's head layout, tests/_tiny_model.py: bookkeeping, not the model)."""
 import numpy as np
 import pytest
 
-pytest.importorskip("gguf")
-from analysis.qevict.gguf_model import gguf_path  # noqa: E402
-
-try:
-    gguf_path()
-except FileNotFoundError as e:  # pragma: no cover
-    pytest.skip(str(e), allow_module_level=True)
-
-from analysis.qevict import corpora  # noqa: E402
-from analysis.qevict.gguf_model import load_model  # noqa: E402
-from analysis.qevict.kvcache import EVICTED, FULL, OFFLOADED, QUANT, MultiStreamCache  # noqa: E402
-from analysis.qevict.tokenizer import load_tokenizer  # noqa: E402
+from analysis.qevict.kvcache import EVICTED, FULL, OFFLOADED, QUANT, MultiStreamCache
+from tests._tiny_model import tiny_llama, tiny_tokens
 
 W, P = 16, 96
 
 
 @pytest.fixture(scope="module")
 def model():
-    return load_model()
+    return tiny_llama()
 
 
 @pytest.fixture(scope="module")
 def ids():
-    return load_tokenizer().encode(corpora.module_source("argparse"))[:200]
+    return tiny_tokens(200)
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +36,10 @@ def _offload_all(c, b=0, keep_sink=True):
 
 def test_offload_and_recall_round_trip(model, pre, ids):
     ref, c = _cache(model, pre), _cache(model, pre)
-    F = 2 * W * 64 * 2
+    cfg = model.cfg
+    F = 2 * W * cfg.head_dim * 2
     _offload_all(c)
-    n = 30 * 3 * (P // W - 1)
+    n = cfg.n_layers * cfg.n_kv_heads * (P // W - 1)
     assert c.offload_bytes[0] == n * F and c.recall_bytes[0] == 0
     assert c.offdevice_bytes(0, P // W) == n * F
     t = c.tier[0].copy()
@@ -67,21 +59,22 @@ def test_offload_and_recall_round_trip(model, pre, ids):
 def test_digest_bound_is_an_upper_bound(model, pre, ids):
     c = _cache(model, pre)
     rng = np.random.default_rng(0)
-    q = rng.standard_normal((1, model.cfg.n_heads, 64)).astype(np.float32)
-    b = c._bound(5, q, np.array([0]), P // W)[0]  # (Hkv, NW)
-    K = c.Kp[5]  # (Hkv, P, hd)
+    hd, layer = model.cfg.head_dim, model.cfg.n_layers - 2
+    q = rng.standard_normal((1, model.cfg.n_heads, hd)).astype(np.float32)
+    b = c._bound(layer, q, np.array([0]), P // W)[0]  # (Hkv, NW)
+    K = c.Kp[layer]  # (Hkv, P, hd)
     g = model.cfg.n_heads // model.cfg.n_kv_heads
-    logits = np.einsum("hgd,htd->hgt", q[0].reshape(-1, g, 64), K).max(1)  # (Hkv, P)
+    logits = np.einsum("hgd,htd->hgt", q[0].reshape(-1, g, hd), K).max(1)  # (Hkv, P)
     actual = logits.reshape(K.shape[0], P // W, W).max(-1)
     assert np.all(b >= actual - 1e-4)
     # equal to the bound computed channel by channel (independent slow form)
-    Kw = K.reshape(K.shape[0], P // W, W, 64)
+    Kw = K.reshape(K.shape[0], P // W, W, hd)
     kmin, kmax = Kw.min(2), Kw.max(2)
     slow = np.zeros_like(b)
     for h in range(K.shape[0]):
         for w in range(P // W):
             slow[h, w] = max(sum(max(qc * lo, qc * hi) for qc, lo, hi in zip(qh, kmin[h, w], kmax[h, w]))
-                             for qh in q[0].reshape(-1, g, 64)[h])
+                             for qh in q[0].reshape(-1, g, hd)[h])
     np.testing.assert_allclose(b, slow, rtol=1e-4, atol=1e-3)
 
 
@@ -101,8 +94,9 @@ def test_quest_loading_every_page_is_the_full_cache(model, pre, ids):
         lr, la, ln, le = (model.decode_step(tok, P + s, c)[0] for c in (ref, allp, nop, ev))
         np.testing.assert_array_equal(la, lr)
         np.testing.assert_array_equal(ln, le)
-    n = 30 * 3 * (P // W - 1)
-    F = 2 * W * 64 * 2
+    cfg = model.cfg
+    n = cfg.n_layers * cfg.n_kv_heads * (P // W - 1)
+    F = 2 * W * cfg.head_dim * 2
     assert allp.recall_transfers[0] == n  # loaded once, then resident
     assert allp.recall_bytes[0] == n * F
     assert nop.recall_bytes[0] == 0
@@ -124,8 +118,8 @@ def test_quest_loads_the_highest_bound_pages(model, pre, ids):
 
     c._bound = spy
     model.decode_step(tok, P, c)
-    for layer in (0, 17, 29):
+    for layer in range(model.cfg.n_layers):
         b = orig(layer, qs[layer], np.array([0]), P // W)[0][:, 1:]
         top = np.argsort(-b, axis=-1)[:, :2] + 1
-        for h in range(3):
+        for h in range(model.cfg.n_kv_heads):
             assert set(np.nonzero(c.loaded[0, layer, h])[0]) == set(top[h])
