@@ -36,7 +36,7 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m analysis.build
 	bash .ci/install-browser.sh  # Debian's chromium + chromium-driver for tests/test_browser.py
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra -n 2
 
 # External links of the book (listed in book/links.md) checked by Sphinx's linkcheck builder;
 # needs a network (CI has none): run it where one exists; it records each link's date and result in
@@ -45,8 +45,10 @@ linkcheck: $(STAMP)
 	$(BIN)/python -m analysis.build --builder linkcheck; rc=$$?; \
 	  $(BIN)/python _ext/links_table.py && exit $$rc
 
+# The fast tier: no chapter executions (notebook), no real model weights (real_weights, tiny random-weight
+# models of the same architectures stand in: tests/_tiny_model.py), nothing marked slow; make test runs all.
 unit: $(STAMP)
-	$(BIN)/python -m pytest -q -ra -m "not notebook"
+	$(BIN)/python -m pytest -q -ra -n 2 -m "not notebook and not real_weights and not slow"
 
 bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done

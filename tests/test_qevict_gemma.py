@@ -61,6 +61,7 @@ def test_shape(model):
     assert c.global_layers == (5, 11, 17) and c.sliding_window == 512 and c.context_length == 32768
 
 
+@pytest.mark.real_weights  # the tokenizer is read from the 270M GGUF (about 25 s of CPU)
 @pytest.mark.parametrize("text", ["Hello, world!  Two spaces,\n\n\ttabs and 1234.",
                                   "Ünïcödé — “quotes” 日本語 🙂"])
 def test_tokenizer_round_trip(tok, text):
@@ -116,6 +117,7 @@ def test_layout_right_vs_wrong(model, tok):
     assert 2 < right < 30 and wrong > 5 * right
 
 
+@pytest.mark.real_weights  # Gemma's tokenizer, read from the GGUF
 def test_reference_artifact_tokens_are_the_current_document():
     """results/qevict_gemma_reference depends on the model and tokenizer code (its code hash) and on
     the token ids it was computed on (their sha256): corpora + tokenizer must still give those ids."""
