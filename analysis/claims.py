@@ -27,6 +27,14 @@ and high end, and why). :func:`evaluate` recomputes the value at each end throug
 chapter passes (``recompute(name, value) -> computed``) and labels the verdict *robust* (the same at
 every end) or *fragile* (naming the assumption and the value that flips it).
 
+Amendments: a rule changed after its value was first computed keeps the change in its ``amendments``
+list (date, commit, ``old`` and ``new`` rule fields, reason; tests/test_claims_history.py checks the
+list against the file's git history). :func:`evaluate` then also gives the verdict under the original
+rule (:func:`original_rule`), and the verdict's label and rule text say "amended after the result".
+A rule that is only a necessary condition or a bound (``pass_label: consistent``) says *consistent*
+where it holds, never *reproduced*: *reproduced* means the claim's own quantity was computed and
+compared.
+
 A statistical rule is evaluated the same way: the chapter computes the rule's statistic with the
 code its rule names (chapter 4's Holm-corrected tests: :func:`analysis.qevict.metrics.qevict_rule`,
 through :mod:`analysis.qevict.verdicts`) and :func:`evaluate` compares it with the declared threshold.
@@ -47,9 +55,17 @@ CLAIMS_FILE = data.DATA_DIR / "claims.yaml"
 
 REPRODUCED, PARTLY, NOT_REPRODUCED, NOT_TESTABLE = ("reproduced", "partly reproduced", "not reproduced",
                                                     "not testable")
-VERDICTS = (REPRODUCED, PARTLY, NOT_REPRODUCED, NOT_TESTABLE)
+CONSISTENT = "consistent"  # a necessary condition or bound holds; the claim's own quantity is not computed
+VERDICTS = (REPRODUCED, CONSISTENT, PARTLY, NOT_REPRODUCED, NOT_TESTABLE)
+AMENDED = "amended after the result"
 KINDS = ("two_sided", "at_least", "at_most", "ordering", "not_testable")
 _RANK = {REPRODUCED: 2, PARTLY: 1, NOT_REPRODUCED: 0}
+# The fields that decide a verdict: a change of any of them after the value was computed is an amendment.
+RULE_FIELDS = ("claim", "quantity", "setting", "reference", "comparison", "tolerance", "partial_tolerance",
+               "abs_tolerance", "components", "item", "better", "partial_rank", "alpha", "missing",
+               "pass_label")
+# Amended fields that change what is computed (not only how it is judged).
+VALUE_FIELDS = ("claim", "quantity", "setting")
 
 
 class ClaimError(ValueError):
@@ -115,6 +131,44 @@ def check_rule(cid: str, c: dict) -> None:
     for s in c.get("sensitivity") or []:
         if not {"name", "low", "high", "why"} <= set(s):
             raise ClaimError(f"{where}: each sensitivity entry needs name, low, high and why")
+    _check_history(where, c)
+
+
+def _check_history(where: str, c: dict) -> None:
+    if c.get("pass_label") not in (None, CONSISTENT):
+        raise ClaimError(f"{where}: pass_label may only be {CONSISTENT!r}")
+    dec = c.get("declared")
+    if dec is not None and not (isinstance(dec, dict) and {"commit", "date"} <= set(dec)):
+        raise ClaimError(f"{where}: 'declared' needs the commit and date the rule was declared")
+    for a in c.get("amendments") or []:
+        if not {"date", "commit", "old", "new", "reason"} <= set(a):
+            raise ClaimError(f"{where}: each amendment needs date, commit, old, new and reason")
+        bad = (set(a["old"]) | set(a["new"])) - set(RULE_FIELDS)
+        if bad:
+            raise ClaimError(f"{where}: an amendment may only change rule fields, not {sorted(bad)}")
+
+
+def amendments(claim_id_or_rule) -> list:
+    """The rule's amendments (changes after its value was first computed), oldest first."""
+    c = rule(claim_id_or_rule) if isinstance(claim_id_or_rule, str) else claim_id_or_rule
+    return list(c.get("amendments") or [])
+
+
+def original_rule(claim_id_or_rule) -> dict:
+    """The rule as first declared: the current one with every amendment undone, newest first (a field
+    an amendment added is removed; one it changed gets its old value back)."""
+    c = rule(claim_id_or_rule) if isinstance(claim_id_or_rule, str) else claim_id_or_rule
+    out = {k: v for k, v in c.items() if k not in ("amendments", "sensitivity")}
+    for a in reversed(amendments(c)):
+        for k in a["new"]:
+            if k not in a["old"]:
+                out.pop(k, None)
+        for k, v in a["old"].items():
+            if v is None:
+                out.pop(k, None)
+            else:
+                out[k] = v
+    return out
 
 
 def _missing(x) -> bool:
@@ -186,6 +240,8 @@ def rule_text(claim_id_or_rule, setting: Mapping | None = None) -> str:
     kinds = {comp.get("comparison", kind) for comp in c.get("components") or [c]}
     names = {"two_sided": "two-sided", "at_least": "one-sided (at least)", "at_most": "one-sided (at most)"}
     what = "range" if kinds == {"at_least", "at_most"} else names[kind]
+    if c.get("pass_label") == CONSISTENT:
+        return (f"{what}, a necessary condition only: consistent (never reproduced) if " + "; ".join(parts))
     return f"{what}: reproduced if " + "; ".join(parts)
 
 
@@ -227,7 +283,15 @@ def _ordering(comp, scores) -> tuple[str, str]:
 
 
 def _verdict(c: dict, computed, setting) -> tuple[str, str, list]:
-    """Verdict, detail and the per-component (name, computed, reference, verdict)."""
+    """Verdict, detail and the per-component (name, computed, reference, verdict); a rule that is only a
+    necessary condition (``pass_label: consistent``) says *consistent* where it holds."""
+    v, detail, out = _verdict_raw(c, computed, setting)
+    if v == REPRODUCED and c.get("pass_label") == CONSISTENT:
+        v = CONSISTENT
+    return v, detail, out
+
+
+def _verdict_raw(c: dict, computed, setting) -> tuple[str, str, list]:
     kind = c["comparison"]
     if kind == "not_testable":
         return NOT_TESTABLE, c["missing"], []
@@ -271,13 +335,22 @@ class Verdict:
     robustness: str = ""
     flips: list = field(default_factory=list)
     components: list = field(default_factory=list)
+    amended: list = field(default_factory=list)  # dates of the rule's amendments after the result
+    original_verdict: str | None = None  # the verdict under the rule as first declared (None: not amended)
+    original_rule: str = ""
 
     @property
     def label(self) -> str:
-        """Verdict with its robustness label, e.g. 'reproduced (robust)'; a not-testable verdict says why."""
+        """Verdict with its robustness label, e.g. 'reproduced (robust)'; a not-testable verdict says why;
+        an amended rule says so, with the verdict under the original rule."""
         if self.verdict == NOT_TESTABLE:
-            return f"{NOT_TESTABLE}: {self.detail}" if self.detail else NOT_TESTABLE
-        return f"{self.verdict} ({self.robustness})" if self.robustness else self.verdict
+            out = f"{NOT_TESTABLE}: {self.detail}" if self.detail else NOT_TESTABLE
+        else:
+            out = f"{self.verdict} ({self.robustness})" if self.robustness else self.verdict
+        if self.amended:
+            out += f"; {AMENDED} ({', '.join(dict.fromkeys(self.amended))}): under the original rule, " \
+                   f"{self.original_verdict}"
+        return out
 
     @property
     def difference(self) -> float:
@@ -312,6 +385,13 @@ def evaluate(claim_id: str, computed, setting: Mapping | None = None,
         detail = missing
     ref = comps[0][2] if len(comps) == 1 else None
     out = Verdict(claim_id, v, rule_text(c, setting), computed, ref, detail, components=comps)
+    if amendments(c):
+        out.amended = [str(a["date"]) for a in amendments(c)]
+        out.original_verdict, out.original_rule = _original(c, computed, setting, recompute)
+        dates = ", ".join(dict.fromkeys(out.amended))
+        same = out.original_rule == out.rule
+        out.rule += f" ({AMENDED} on {dates}; " + (
+            "the original rule, restored)" if same else f"original rule: {out.original_rule})")
     sens = c.get("sensitivity") or []
     if v == NOT_TESTABLE or c["comparison"] == "not_testable":
         return out
@@ -346,6 +426,36 @@ def evaluate(claim_id: str, computed, setting: Mapping | None = None,
     return out
 
 
+def _original(c: dict, computed, setting, recompute) -> tuple[str, str]:
+    """(verdict, rule in words) under the rule as first declared. Where an amendment changed the quantity
+    or setting, the value the original rule judged is recomputed through the assumption the amendment
+    names (``original_value: {sensitivity: name, value: v}``); without one it is not recomputed."""
+    orig = original_rule(c)
+    try:
+        text = rule_text(orig, setting)
+    except (KeyError, TypeError, ValueError, ClaimError):
+        text = "as in the amendments of data/claims.yaml"
+    changed = [a for a in amendments(c) if not a.get("same_value")
+               and (set(a["old"]) | set(a["new"])) & set(VALUE_FIELDS)]
+    value = computed
+    if changed:
+        hints = {(a["original_value"]["sensitivity"], str(a["original_value"]["value"]))
+                 for a in changed if a.get("original_value")}
+        if len(hints) != 1 or any(not a.get("original_value") for a in changed):
+            return "not recomputed (the original quantity is no longer computed)", text
+        name, val = next(a["original_value"] for a in changed).values()
+        if recompute is None:
+            return "not assessed (no value for the original quantity)", text
+        value = recompute(name, val)
+    if c["comparison"] == "not_testable" and orig["comparison"] != "not_testable":
+        return "not recomputed (the claim was made not testable, so no value is computed)", text
+    try:
+        v, _, _ = _verdict(orig, value, setting)
+    except (KeyError, TypeError, ValueError, ClaimError):
+        return "not recomputed (the original rule is incomplete)", text
+    return v, text
+
+
 def glue_verdict(name: str, v: Verdict) -> str:
     """Glue ``name`` (verdict with robustness label) and ``name_rule`` (the rule in words)."""
     report.glue(name + "_rule", v.rule)
@@ -353,16 +463,42 @@ def glue_verdict(name: str, v: Verdict) -> str:
 
 
 def counts(verdicts) -> dict:
-    """How many verdicts of each kind (not-testable ones counted together)."""
+    """How many verdicts of each label (not-testable ones counted together), and how many of them rest
+    on a rule amended after the result (``AMENDED``; counted besides their label)."""
     out = {k: 0 for k in VERDICTS}
+    out[AMENDED] = 0
     for v in verdicts:
         out[v.verdict] += 1
+        out[AMENDED] += bool(v.amended)
     return out
 
 
 def counts_text(verdicts) -> str:
+    """E.g. '3 reproduced, 1 consistent, 2 not testable (2 of them amended after the result)'."""
     c = counts(verdicts)
-    return ", ".join(f"{n} {k}" for k, n in c.items() if n) or "no verdicts"
+    n_am = c.pop(AMENDED)
+    out = ", ".join(f"{n} {k}" for k, n in c.items() if n) or "no verdicts"
+    if n_am:
+        out += f" ({n_am} of them {AMENDED})"
+    return out
+
+
+def declared_counts(path=None) -> dict:
+    """Counts over the declared rules of ``data/claims.yaml`` (no value needed): claims, rules amended
+    after the result, rules that can only say *consistent* (necessary conditions and bounds), claims not
+    testable from public data, and claims whose value is recomputed under their original rule."""
+    t = table(path)
+    return {"claims": len(t),
+            AMENDED: sum(bool(c.get("amendments")) for c in t.values()),
+            CONSISTENT: sum(c.get("pass_label") == CONSISTENT for c in t.values()),
+            NOT_TESTABLE: sum(c["comparison"] == "not_testable" for c in t.values())}
+
+
+def declared_counts_text(path=None) -> str:
+    c = declared_counts(path)
+    return (f"{c['claims']} claims: {c[AMENDED]} with a rule {AMENDED} (each shown with its verdict under "
+            f"the original rule), {c[CONSISTENT]} that a computed bound can only show {CONSISTENT}, "
+            f"{c[NOT_TESTABLE]} {NOT_TESTABLE} from public data")
 
 
 def frame(verdicts, fmt: Mapping | None = None):
