@@ -342,12 +342,13 @@ class Verdict:
     @property
     def label(self) -> str:
         """Verdict with its robustness label, e.g. 'reproduced (robust)'; a not-testable verdict says why;
-        an amended rule says so, with the verdict under the original rule."""
+        an amended rule says so, with the verdict under the original rule (not where no value was computed:
+        then neither rule can judge, and the rule text still names the amendment)."""
         if self.verdict == NOT_TESTABLE:
             out = f"{NOT_TESTABLE}: {self.detail}" if self.detail else NOT_TESTABLE
         else:
             out = f"{self.verdict} ({self.robustness})" if self.robustness else self.verdict
-        if self.amended:
+        if self.amended and not (self.verdict == self.original_verdict == NOT_TESTABLE):
             out += f"; {AMENDED} ({', '.join(dict.fromkeys(self.amended))}): under the original rule, " \
                    f"{self.original_verdict}"
         return out
@@ -388,6 +389,8 @@ def evaluate(claim_id: str, computed, setting: Mapping | None = None,
     if amendments(c):
         out.amended = [str(a["date"]) for a in amendments(c)]
         out.original_verdict, out.original_rule = _original(c, computed, setting, recompute)
+        if v == NOT_TESTABLE and c["comparison"] != "not_testable":
+            out.original_verdict = NOT_TESTABLE  # no value: no rule, original or amended, can judge it
         dates = ", ".join(dict.fromkeys(out.amended))
         same = out.original_rule == out.rule
         out.rule += f" ({AMENDED} on {dates}; " + (
@@ -469,7 +472,7 @@ def counts(verdicts) -> dict:
     out[AMENDED] = 0
     for v in verdicts:
         out[v.verdict] += 1
-        out[AMENDED] += bool(v.amended)
+        out[AMENDED] += bool(getattr(v, "amended", None))  # a verdict-like record may not carry it
     return out
 
 

@@ -166,9 +166,9 @@ def test_claim_verdicts_use_the_declared_rules_and_their_ends():
     a smaller gain; the TPOT SLO's declared ends are looked up by value."""
     pub = data.published("heteropanacea_pd_gain")["value"]
     ci_cal = {"pd_gain": pub, "ranking": ["PDAF", "PD", "AF", "3-way"], "rho_sweep": 0.6}
-    ci_raw = {"pd_gain": pub * 0.6, "ranking": ["PDAF", "PD", "AF", "3-way"], "rho_sweep": 0.55}
+    ci_raw = {"pd_gain": pub * 0.75, "ranking": ["PDAF", "PD", "AF", "3-way"], "rho_sweep": 0.55}
     ranks = {"linear": ci_cal["ranking"], "power-law": ["PD", "PDAF"], "gpu-fit": ["PDAF"]}
-    v = chapter.claim_verdicts(ci_cal, ci_raw, 0.7, ranks, {"low": pub, "high": pub * 2})
+    v = chapter.claim_verdicts(ci_cal, ci_raw, 0.7, ranks, {"low": pub, "high": pub * 1.05})
     assert v["a"].verdict == claims.REPRODUCED and v["a"].flips == [("efficiencies", "stated", claims.PARTLY)]
     assert (
         v["b"].verdict == claims.REPRODUCED
@@ -179,7 +179,8 @@ def test_claim_verdicts_use_the_declared_rules_and_their_ends():
     low = chapter.tpot_slo_ends()["low"]
     assert ("TPOT SLO (s)", low, claims.NOT_REPRODUCED) in v2["a"].flips
     out = chapter.verdict_values(v, ci_raw, 0.7, {"low": pub, "high": pub}, [])
-    assert out["ch3_cal_agree"] == "not all the same" and out["ch3_verdict_counts"] == "3 reproduced"
+    assert out["ch3_cal_agree"] == "not all the same" and out["ch3_verdict_counts"] == (
+        "3 reproduced (3 of them amended after the result)")
     side = chapter.side_table(ci_cal, ci_raw, v, 0.7)
     assert side["verdict, stated"].tolist() == [claims.PARTLY, claims.REPRODUCED, claims.REPRODUCED]
 
