@@ -27,6 +27,16 @@ JCACHE = REPO / "_build" / ".jupyter_cache"
 BASELINE = REPO / "tests" / "data" / "glued_baseline.json"
 EXPLAINED = REPO / "tests" / "data" / "glued_changes.yaml"
 REL_TOL = 1e-9
+# Wall-clock measurements of the run itself (seconds, rates): they differ on every execution, so the
+# record does not compare them. Only measured times belong here, never a modelled quantity.
+VOLATILE = frozenset({
+    "02_ssd_offload::ch2_curve_seconds", "02_ssd_offload::ch2_adm_seconds_max",
+    "02_ssd_offload::ch2_route_seconds",
+    "03_disagg::ch3_runtime", "03_disagg::ch3_plans_per_s", "03_disagg::ch3_des_wall_max",
+    "04_qevict::ch4_seconds",
+    "05_where_kv_lives::ch5_runtime", "05_where_kv_lives::ch5_map_seconds",
+    "05_where_kv_lives::ch5_t_old_map", "05_where_kv_lives::ch5_t_reuse",
+})
 
 
 class GluedError(RuntimeError):
@@ -74,6 +84,8 @@ def diff(before: dict[str, dict], after: dict[str, dict]) -> dict[str, dict]:
         b, a = before.get(page, {}), after.get(page, {})
         for key in sorted(set(b) | set(a)):
             k = f"{page}::{key}"
+            if k in VOLATILE and key in a and key in b:
+                continue
             if key not in a:
                 out[k] = {"before": b[key], "after": None, "removed": True}
             elif key not in b:
@@ -122,12 +134,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m analysis.glued", description=__doc__.split("\n\n")[0])
     ap.add_argument("action", choices=["record", "diff"])
     ap.add_argument("--cache", type=Path, default=JCACHE, help="jupyter-cache folder of a build")
+    ap.add_argument("--commit", help="record: the commit the build ran (default: HEAD)")
     a = ap.parse_args(argv)
     try:
         pages = executed_pages(a.cache)
         if a.action == "record":
-            commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
-                                    text=True).stdout.strip()
+            commit = a.commit or subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
+                                                text=True).stdout.strip()
             record(pages, commit)
             print(f"recorded {sum(map(len, pages.values()))} glued values of {len(pages)} pages "
                   f"at {commit[:10]} into {BASELINE.relative_to(REPO)}")

@@ -15,6 +15,18 @@ def test_diff_finds_changed_added_and_removed_keys():
     assert set(glued.diff({"p": {"x": 1.0}}, {"p": {"x": 1.0 + 1e-8}})) == {"p::x"}
 
 
+def test_measured_wall_times_are_not_compared_but_their_presence_is():
+    key = sorted(glued.VOLATILE)[0]
+    page, name = key.split("::")
+    assert glued.diff({page: {name: 1.0}}, {page: {name: 2.0}}) == {}
+    assert set(glued.diff({page: {name: 1.0}}, {page: {}})) == {key}  # removed is still a change
+
+
+def test_every_volatile_key_is_a_recorded_glue_key():
+    recorded = {f"{p}::{k}" for p, vals in glued.load_baseline().items() for k in vals}
+    assert glued.VOLATILE <= recorded, sorted(glued.VOLATILE - recorded)
+
+
 def test_unexplained_lists_both_directions():
     changes = {"p::a": {}, "p::b": {}}
     assert glued.unexplained(changes, {"p::a": "fixed a double count", "p::z": "old"}) == (["p::b"], ["p::z"])
