@@ -46,9 +46,10 @@ linkcheck: $(STAMP)
 	  $(BIN)/python _ext/links_table.py && exit $$rc
 
 # The fast tier: no chapter executions (notebook), no real model weights (real_weights, tiny random-weight
-# models of the same architectures stand in: tests/_tiny_model.py), nothing marked slow; make test runs all.
+# models of the same architectures stand in: tests/_tiny_model.py), no Chromium (browser), nothing marked
+# slow; make test runs them all.
 unit: $(STAMP)
-	$(BIN)/python -m pytest -q -ra -n 2 -m "not notebook and not real_weights and not slow"
+	$(BIN)/python -m pytest -q -ra -n 2 -m "not notebook and not real_weights and not browser and not slow"
 
 bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done

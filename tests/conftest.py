@@ -17,6 +17,14 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
+def pytest_collection_modifyitems(config, items):
+    """Every test that uses the ``browser`` fixture (headless Chromium) is marked ``browser``: make test
+    installs Chromium and runs them; make unit deselects them."""
+    for item in items:
+        if "browser" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.browser)
+
+
 @pytest.fixture
 def fixture_chapter(monkeypatch):
     """The tiny fixture chapter (tests/fixtures/99_fixture.md) registered as a chapter."""
