@@ -143,7 +143,7 @@ def _check_history(where: str, c: dict) -> None:
     for a in c.get("amendments") or []:
         if not {"date", "commit", "old", "new", "reason"} <= set(a):
             raise ClaimError(f"{where}: each amendment needs date, commit, old, new and reason")
-        bad = (set(a["old"]) | set(a["new"])) - set(RULE_FIELDS)
+        bad = (set(a["old"]) | set(a["new"])) - set(RULE_FIELDS) - {"format"}  # format: display only
         if bad:
             raise ClaimError(f"{where}: an amendment may only change rule fields, not {sorted(bad)}")
 

@@ -86,7 +86,7 @@ def _changes(history, read=None):
 
 
 def _matches(a, old, new):
-    keys = set(a["old"]) | set(a["new"])
+    keys = (set(a["old"]) | set(a["new"])) & set(claims.RULE_FIELDS)  # "format" only changes the display
     return (keys == set(old) and all(a["old"].get(k) == old[k] for k in keys)
             and all(a["new"].get(k) == new[k] for k in keys))
 
