@@ -445,8 +445,10 @@ def _original(c: dict, computed, setting, recompute) -> tuple[str, str]:
         hints = {(a["original_value"]["sensitivity"], str(a["original_value"]["value"]))
                  for a in changed if a.get("original_value")}
         if len(hints) != 1 or any(not a.get("original_value") for a in changed):
-            return "not recomputed (the original quantity is no longer computed)", text
+            return ("not recomputed (the original quantity is no longer computed)",
+                    f"{text}, on the quantity as first declared")
         name, val = next(a["original_value"] for a in changed).values()
+        text += f", on the value at {name} = {_fmt_value(val)}"
         if recompute is None:
             return "not assessed (no value for the original quantity)", text
         value = recompute(name, val)
