@@ -1,5 +1,7 @@
 """Declared verdict rules (analysis/claims.py, data/claims.yaml): every comparison kind can fail."""
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -328,3 +330,16 @@ def test_the_book_labels_bounds_consistent_and_up_to_two_sided():
         assert t[cid]["comparison"] == "two_sided", cid
     ds = claims.evaluate("ch3_val_distserve", {"above the low end": 1.61, "below the high end": 1.61})
     assert ds.original_verdict == claims.NOT_REPRODUCED  # the un-widened range, shown beside the verdict
+
+
+def test_ledger_and_front_page_show_counts_by_label():
+    """The ledger and the front page glue every chapter's verdict counts and the declared-rule counts,
+    and the front page glues the key the ledger reads from it."""
+    book = Path(__file__).resolve().parents[1] / "book"
+    ledger, intro = (book / "claims.md").read_text(), (book / "intro.md").read_text()
+    for page in ("01_kv_footprint", "02_ssd_offload", "03_disagg", "04_qevict", "05_where_kv_lives"):
+        key = f"{page}.md::ch{page[1]}_verdict_counts"
+        assert key in ledger and key in intro, key
+    for key in re.findall(r"intro\.md::(\w+)", ledger):
+        assert f'glue("{key}", claims.declared_counts_text())' in intro, key
+    assert "intro_claims_declared" in ledger
