@@ -90,20 +90,6 @@ def glued_values(nb) -> dict:
     return out
 
 
-VERDICTS = ("reproduced", "partly reproduced", "not reproduced", "not testable from public data")
-
-
-def verdict(computed: float, published: float, rel_tol: float = 0.10, partial_tol: float = 0.30) -> str:
-    """'reproduced' within ``rel_tol`` relative error, 'partly reproduced' within ``partial_tol``,
-    else 'not reproduced'."""
-    err = abs(float(computed) - float(published)) / abs(float(published))
-    if err <= rel_tol:
-        return VERDICTS[0]
-    if err <= partial_tol:
-        return VERDICTS[1]
-    return VERDICTS[2]
-
-
 def versions() -> dict:
     """Versions of Python and the packages the book is built with (for each chapter's footer)."""
     out = {"python": platform.python_version()}
