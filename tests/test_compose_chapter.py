@@ -1,6 +1,7 @@
 """Chapter 5's glue rows, tables and sweeps (analysis.compose.chapter) and its figures by label
 (analysis.compose.figures): each test fails when the term it names is removed."""
 
+import dataclasses
 import math
 
 import matplotlib
@@ -12,7 +13,9 @@ import pytest  # noqa: E402
 
 from analysis.compose import chapter as cc  # noqa: E402
 from analysis.compose import decide, figures  # noqa: E402
+from analysis.compose.configure import base_scenario  # noqa: E402
 from analysis.compose.fidelity import KVPolicy  # noqa: E402
+from analysis.compose.params import SCHEMA  # noqa: E402
 from analysis.compose.pipeline import ReuseCurve, Scenario  # noqa: E402
 
 REUSE = ReuseCurve(np.linspace(1e5, 2e7, 200), np.linspace(0.005, 1.0, 200), 10000.0, "synthetic")
@@ -210,3 +213,119 @@ def test_flipped_table_and_interactive_map_cells():
     every = pd.DataFrame({"ssd_price_factor": [1.0]})
     ic, ie = cc.interactive_map_cells(BASE, [4096], [0.0], [1.0], [1.0], [], REUSE, None, cells, every)
     assert list(ic["option"]) == ["a", "b"] and len(ie) == 1  # no new price: the main map's cells only
+
+
+CFG = SCHEMA.config()
+
+
+def test_baseline_check_is_the_direct_cost_and_its_rows():
+    b = cc.baseline_check(CFG.service, base_scenario(CFG), REUSE, 16384)
+    assert b["pipeline"] > 0 and b["pipeline"] == pytest.approx(b["direct"], rel=1e-9)
+    # two computations (the pipeline and chapter 3's plan x chapter 2's GPU cost) agree at another prompt too
+    b2 = cc.baseline_check(CFG.service, base_scenario(CFG), REUSE, 32768)
+    assert b2["pipeline"] == pytest.approx(b2["direct"], rel=1e-9) and b2["direct"] != b["direct"]
+    assert list(cc.baseline_table(b)["USD per million tokens"]) == [b["pipeline"], b["direct"]]
+    g = {n: (v, f) for n, v, f in cc.baseline_rows({"pipeline": 1.1, "direct": 1.0})}
+    assert g["ch5_baseline_rel_diff"][0] == pytest.approx(0.1) and g["ch5_baseline_usd"] == (1.1, "${:.4f}")
+
+
+def test_af_prefill_share_row_is_a_share_or_na():
+    name, share, fmt = cc.af_prefill_share_row(CFG.service, 16384)
+    assert name == "ch5_af_prefill_share" and 0 < share < 1 and fmt == "{:.0%}"
+    tight = dataclasses.replace(CFG.service, ttft_slo_s=1e-6)
+    assert cc.af_prefill_share_row(tight, 16384)[2].startswith("n/a")
+
+
+def test_recall_rows_follow_the_parameters():
+    base = base_scenario(CFG)
+    g = {n: v for n, v, _ in cc.recall_rows(CFG.recall, CFG.reuse, base, REUSE)}
+    # Llama-3.1-70B: one layer, one KV head, K and V of 128 bf16 elements per token
+    assert g["ch5_unit_kib"] == CFG.recall.recall_unit_tokens * 2 * 128 * 2 / 1024
+    assert g["ch5_route_n"] == 1 and g["ch5_route_unbounded"] == 1.0  # a plain curve: one ideal stack
+    assert "prefetch one layer ahead" in g["ch5_prefetch_text"]
+    off = dataclasses.replace(
+        CFG.recall, recall_prefetch=False, recall_pricing="sequential", recall_unit_tokens=64
+    )
+    two = dataclasses.replace(CFG.reuse, routing_instances=2, routing_policy="random")
+    g2 = {n: v for n, v, _ in cc.recall_rows(off, two, base, REUSE)}
+    assert g2["ch5_unit_kib"] == 2 * g["ch5_unit_kib"] and "no prefetch" in g2["ch5_prefetch_text"]
+    assert g2["ch5_route_n_why"] == "`routing_instances`" and g2["ch5_route_policy"] == "at random"
+    assert g2["ch5_pricing_recall_mode"] != g["ch5_pricing_recall_mode"]
+
+
+def test_pricing_map_rows_count_moved_cells_and_shares():
+    old = {"share_off_hbm": 0.2, "share_compressed": 0.1}
+    new = {"share_off_hbm": 0.5, "share_compressed": math.nan}
+    g = {
+        n: (v, f)
+        for n, v, f in cc.pricing_map_rows(pd.DataFrame({"x": [1]}), pd.DataFrame({"x": range(4)}), old, new)
+    }
+    assert g["ch5_pricing_moved_share"][0] == 0.25 and g["ch5_pricing_moved_n"][0] == 1
+    assert g["ch5_pricing_n_cells"][0] == 4
+    assert g["ch5_old_share_off_hbm"][0] == 0.2 and g["ch5_new_share_off_hbm"][0] == 0.5
+    assert g["ch5_new_share_compressed"][1] == "n/a"
+    empty = cc.pricing_map_rows(pd.DataFrame(), pd.DataFrame(), old, new)
+    assert empty[0][1] == 0.0  # no cell: no division by zero
+
+
+def test_xfer_rows_change_of_the_cheapest_disaggregated_plan():
+    sweep = pd.DataFrame(
+        {"group": ["C", "PD", "C", "PD"], "value": [1.0, 1.0, 8.0, 8.0], "usd_per_mtok": [5.0, 1.0, 5.0, 1.1]}
+    )
+    (n, v, f), (n2, v2, f2) = cc.xfer_rows(sweep, ["C", "PD"], [1.0, 8.0])
+    assert n == "ch5_xfer_disagg_change" and v == pytest.approx(0.1) and f == "{:+.1%}"
+    assert (n2, v2) == ("ch5_xfer_max", 8.0)
+    infeasible = sweep.assign(usd_per_mtok=[5.0, 1.0, 5.0, np.nan])
+    assert cc.xfer_rows(infeasible, ["C", "PD"], [1.0, 8.0])[0][2] == "infeasible"
+    assert cc.xfer_rows(sweep, ["C"], [1.0, 8.0])[0][2] == "n/a"  # no disaggregated mode
+
+
+def test_kimi_decode_ratios_and_rows():
+    k = cc.kimi_decode(131072, 1000, "H100-SXM5-80GB", 0.1, 64)
+    t = k["table"]
+    assert k["context"] == 131072 and len(t) == 2
+    assert k["speedup"] == t["decode tokens/s per device"].iloc[0] / t["decode tokens/s per device"].iloc[1]
+    assert k["tpot_ratio"] == t["TPOT of one sequence (s)"].iloc[1] / t["TPOT of one sequence (s)"].iloc[0]
+    assert k["speedup"] > 1 and t["KV per sequence"].iloc[0] < t["KV per sequence"].iloc[1]
+    assert set(k["at"]) == {1.0, *cc.KIMI_TPOT_ENDS} and k["at"][1.0] == k["speedup"]
+    g = {n: (v, f) for n, v, f in cc.kimi_rows(k, 0.1)}
+    assert g["ch5_kimi_tpot_slo"] == (100.0, "{:g} ms") and g["ch5_kimi_speedup"][1] == "{:.1f}×"
+    assert g["ch5_kimi_published"][0] == 6.0
+    assert cc.kimi_verdict(k).claim_id == "ch5_kimi_decode"
+    nan = {**k, "speedup": math.nan, "tpot_ratio": math.nan}
+    assert cc.kimi_rows(nan, 0.1)[2][2].startswith("n/a")
+
+
+def test_share_verdicts_recompute_at_the_declared_ssd_price_ends(monkeypatch):
+    cells = pd.DataFrame({"ssd_price_factor": [0.5, 1.0, 4.0]})
+    seen = []
+
+    def findings(sub):
+        seen.append(float(sub["ssd_price_factor"].iloc[0]))
+        return dict.fromkeys(
+            ("share_off_hbm", "share_qevict", "share_compressed", "share_disagg"),
+            0.0 if seen[-1] == 4.0 else 0.9,
+        )
+
+    monkeypatch.setattr(cc.decide, "map_findings", findings)
+    F = dict.fromkeys(("share_off_hbm", "share_qevict", "share_compressed", "share_disagg"), 0.9)
+    vs = cc.share_verdicts(F, cells)
+    assert sorted(seen) == sorted(cc.SSD_PRICE_ENDS)
+    assert [v.claim_id for v in vs] == [c for c, _ in cc.SHARE_CLAIMS]
+    assert all(v.robustness.startswith("fragile") for v in vs)  # the share collapses at the high end
+
+
+def test_arch_verdict_divides_by_the_linear_share():
+    assert cc.arch_verdict(0.3, 0.75).computed == pytest.approx(0.4)
+    assert math.isnan(cc.arch_verdict(0.3, 0.0).computed)
+
+
+def test_map_setup_rows():
+    assert cc.reference_price_factor([0.5, 1.0, 4.0]) == 1.0
+    assert cc.reference_price_factor([0.5, 2.0, 4.0]) == 2.0
+    assert cc.interactive_factors_row([2.0, 0.5]) == ("ch5_interactive_factors", "0.5, 2", None)
+    assert cc.interactive_factors_row([])[1] == "none"
+    assert (
+        cc.fid_tokens_row(CFG.fidelity)[1]
+        == CFG.fidelity.fidelity_prefill_tokens + CFG.fidelity.fidelity_decode_tokens + 1
+    )

@@ -9,8 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import decide, fidelity, pipeline
+from .. import claims, data, kv, specs
+from ..disagg import search, study
+from ..tiering import tiers as tiering_tiers
+from . import configure, decide, fidelity, pipeline
 from .fidelity import KVPolicy
+from .pricing import RandomReadRecall
 
 # ----------------------------------------------------------------------- glue rows
 
@@ -403,8 +407,11 @@ def top_options_table(at_ref: pd.DataFrame, n: int = 10) -> pd.DataFrame:
     )
 
 
-MAP_COLUMNS = {"context": "prompt (tokens)", "hit_rate": "reuse (hit rate)",
-               "ssd_price_factor": "SSD price ×"}
+MAP_COLUMNS = {
+    "context": "prompt (tokens)",
+    "hit_rate": "reuse (hit rate)",
+    "ssd_price_factor": "SSD price ×",
+}
 
 
 def flipped_table(cells: pd.DataFrame, n: int = 15) -> pd.DataFrame:
@@ -420,8 +427,9 @@ def flipped_table(cells: pd.DataFrame, n: int = 15) -> pd.DataFrame:
     )
 
 
-def interactive_map_cells(base, contexts, hit_rates, ssd_price_factors, factors, opts, reuse, floor, cells,
-                          every):
+def interactive_map_cells(
+    base, contexts, hit_rates, ssd_price_factors, factors, opts, reuse, floor, cells, every
+):
     """The decision map at the interactive SSD prices ``factors``: the main map's cells where it was
     computed at those prices, a new map (``decide.decision_map``) at the others."""
     extra = [f for f in factors if f not in ssd_price_factors]
@@ -430,3 +438,287 @@ def interactive_map_cells(base, contexts, hit_rates, ssd_price_factors, factors,
     else:
         icells, ievery = cells.iloc[:0], every.iloc[:0]
     return interactive_maps(cells, every, factors, icells, ievery)
+
+
+# ----------------------------------------------------------------------- the pipeline's checks
+
+
+def baseline_check(svc, base, reuse, ref_context: int) -> dict:
+    """The pipeline with every extra switched off (HBM only, full cache, colocated, no reuse) at a
+    prompt of ``ref_context`` (``pipeline``), and the same cost computed directly from chapter 3's
+    best colocated plan and chapter 2's GPU cost (``direct``); ``svc``: the chapter's service
+    (:class:`analysis.compose.params.Service`)."""
+    s0 = base.replace(input_tokens=ref_context, hit_rate=0.0, layout="hbm", mode="C", policy=KVPolicy.full())
+    r0 = pipeline.evaluate(s0, reuse)
+    plan_c = search.best_plan(
+        "C",
+        svc.model,
+        search.Workload(ref_context, svc.output_tokens),
+        search.SLO(svc.ttft_slo_s, svc.tpot_slo_s),
+        search.default_hardware(svc.gpu),
+        budget=svc.budget_devices,
+        grid=study.gpu_grid(),
+    )
+    gpu_usd_s = tiering_tiers.gpu_usd_per_s(base.tiers.replace(gpu=svc.gpu), svc.gpu_cost_basis)
+    direct = (
+        svc.output_tokens
+        / plan_c.tokens_per_s_per_device
+        * gpu_usd_s
+        / (ref_context + svc.output_tokens)
+        * 1e6
+    )
+    return {"pipeline": r0.usd_per_mtok, "direct": direct}
+
+
+def baseline_table(b: dict) -> pd.DataFrame:
+    """The two costs of :func:`baseline_check`, one row each."""
+    return pd.DataFrame(
+        [
+            {"computed by": "the pipeline, everything switched off", "USD per million tokens": b["pipeline"]},
+            {
+                "computed by": "chapter 3's best colocated plan x chapter 2's GPU cost",
+                "USD per million tokens": b["direct"],
+            },
+        ]
+    )
+
+
+def baseline_rows(b: dict) -> list:
+    """Both costs of :func:`baseline_check` and their relative difference."""
+    return [
+        ("ch5_baseline_usd", b["pipeline"], "${:.4f}"),
+        ("ch5_baseline_direct_usd", b["direct"], "${:.4f}"),
+        ("ch5_baseline_rel_diff", abs(b["pipeline"] / b["direct"] - 1), "{:.1e} relative"),
+    ]
+
+
+def af_prefill_share_row(svc, ref_context: int) -> tuple:
+    """The share of the AF plan's device time spent on prefill at a prompt of ``ref_context``
+    (chapter 3's plan record), 'n/a' when no AF plan is feasible."""
+    plan_af = pipeline.plan(
+        "AF",
+        svc.model,
+        svc.gpu,
+        float(ref_context),
+        float(svc.output_tokens),
+        svc.ttft_slo_s,
+        svc.tpot_slo_s,
+        svc.budget_devices,
+        1.0,
+        1.0,
+    )
+    share = plan_af.phases()["prefill"]["device_share"] if plan_af.feasible else np.nan
+    return ("ch5_af_prefill_share", share, "{:.0%}" if np.isfinite(share) else "n/a (no feasible AF plan)")
+
+
+def recall_rows(recall, routing, base, reuse) -> list:
+    """How recalls are read and prefixes routed: the recall unit (tokens, KiB on the NVMe tier),
+    prefetch, the routed instances and why that many, the routing policy, the share of the ideal
+    stack's hits the routed instances keep with unbounded caches, the recall model named by
+    ``recall_pricing``; ``recall``, ``routing``: the chapter's :class:`~analysis.compose.params.Recall`
+    and :class:`~analysis.compose.params.Reuse`."""
+    unit = pricing_unit_bytes(base, recall.recall_unit_tokens)
+    return [
+        ("ch5_unit_tokens", recall.recall_unit_tokens, "{:,} tokens"),
+        ("ch5_unit_kib", float(unit / 1024), "{:.0f} KiB"),
+        (
+            "ch5_prefetch_text",
+            "the reads of one layer overlap the previous layer's compute (prefetch one layer ahead)"
+            if recall.recall_prefetch
+            else "every layer waits for its reads (no prefetch)",
+            None,
+        ),
+        ("ch5_route_n", getattr(reuse, "n_instances", 1), "{:,}"),
+        (
+            "ch5_route_n_why",
+            "the number chapter 2's replay keeps busy on the trace"
+            if routing.routing_instances == 0
+            else "`routing_instances`",
+            None,
+        ),
+        ("ch5_route_policy", ROUTING_TEXT[routing.routing_policy], None),
+        ("ch5_route_unbounded", reuse.unbounded() if hasattr(reuse, "unbounded") else 1.0, "{:.0%}"),
+        (
+            "ch5_pricing_recall_mode",
+            pipeline.SequentialRecall().name
+            if recall.recall_pricing == "sequential"
+            else base.recall_model.name,
+            None,
+        ),
+    ]
+
+
+def pricing_unit_bytes(base, unit_tokens: int):
+    """Bytes of one recall unit (``unit_tokens`` of one layer and one KV head) on the NVMe tier of
+    ``base``'s tiers at TP 8."""
+    tier = tiering_tiers.build_tiers("nvme", pipeline.tier_deployment(base, 8))[-1]
+    return RandomReadRecall(unit_tokens=unit_tokens).unit_bytes(tier, base.model)
+
+
+def pricing_map_rows(moved: pd.DataFrame, cells_f: pd.DataFrame, F_old: dict, F_new: dict) -> list:
+    """How the map at one SSD price moves between the old pricing and chapter 2's: the cells whose
+    cheapest option changes (share, count, of how many) and the off-HBM and compressed shares of each."""
+    return [
+        ("ch5_pricing_moved_share", len(moved) / max(len(cells_f), 1), "{:.0%}"),
+        ("ch5_pricing_moved_n", len(moved), "{:,}"),
+        ("ch5_pricing_n_cells", len(cells_f), "{:,}"),
+        pct_row("ch5_old_share_off_hbm", F_old["share_off_hbm"]),
+        pct_row("ch5_new_share_off_hbm", F_new["share_off_hbm"]),
+        pct_row("ch5_old_share_compressed", F_old["share_compressed"]),
+        pct_row("ch5_new_share_compressed", F_new["share_compressed"]),
+    ]
+
+
+def xfer_rows(sweep_xfer: pd.DataFrame, modes, transfer_overheads) -> list:
+    """The relative change of the cheapest disaggregated plan's cost from the smallest to the largest
+    transfer overhead ('infeasible' when it becomes infeasible, 'n/a' when never feasible)."""
+    change = decide.group_change(sweep_xfer, [m for m in modes if m != "C"])
+    return [
+        (
+            "ch5_xfer_disagg_change",
+            change,
+            "{:+.1%}" if np.isfinite(change) else ("infeasible" if change == np.inf else "n/a"),
+        ),
+        ("ch5_xfer_max", transfer_overheads[-1], "{:g}×"),
+    ]
+
+
+# ----------------------------------------------------------------------- Kimi Linear
+
+KIMI_MODEL = "Kimi-Linear-48B-A3B"
+KIMI_TPOT_ENDS = (0.5, 2.0)  # the declared TPOT-SLO ends (data/claims.yaml, ch5_kimi_decode)
+
+
+def kimi_decode(
+    context_tokens: int, output_tokens: int, gpu: str, tpot_slo_s: float, budget: int, ends=KIMI_TPOT_ENDS
+) -> dict:
+    """Kimi Linear against the same model with MLA on every layer at a ``context_tokens`` context
+    (capped by the model's window): chapter 3's best decode throughput per device of each
+    (``table``), the ratio of the two (``speedup``) and of their single-sequence TPOTs
+    (``tpot_ratio``), the speedup at each TPOT SLO factor of ``ends`` and 1 (``at``), and the
+    context (``context``: prompt + output tokens)."""
+    kl = specs.model(KIMI_MODEL)
+    kl_full = kl.replace(n_linear_layers=0)
+    ctx = min(context_tokens, kl.max_context) - output_tokens
+    rows = []
+    for name, m in [("Kimi Linear (3:1 KDA:MLA)", kl), ("same model, MLA on every layer", kl_full)]:
+        r = decide.decode_throughput(m, ctx, output_tokens, gpu, tpot_slo_s, budget=budget)
+        rows.append(
+            {
+                "model": name,
+                "KV per sequence": kv.kv_bytes(m, ctx + output_tokens),
+                "decode tokens/s per device": r["tokens_per_s_per_device"],
+                "batch": r.get("batch", np.nan),
+                "devices": r.get("devices", np.nan),
+                "TPOT of one sequence (s)": r["tpot_batch1_s"],
+            }
+        )
+    table = pd.DataFrame(rows)
+    speedup = table["decode tokens/s per device"].iloc[0] / table["decode tokens/s per device"].iloc[1]
+    tpot_ratio = table["TPOT of one sequence (s)"].iloc[1] / table["TPOT of one sequence (s)"].iloc[0]
+    at = {1.0: speedup}
+    for f in ends:
+        r_ = [
+            decide.decode_throughput(m, ctx, output_tokens, gpu, tpot_slo_s * f, budget=budget)
+            for m in (kl, kl_full)
+        ]
+        at[f] = r_[0]["tokens_per_s_per_device"] / r_[1]["tokens_per_s_per_device"]
+    return {
+        "table": table,
+        "speedup": speedup,
+        "tpot_ratio": tpot_ratio,
+        "at": at,
+        "context": ctx + output_tokens,
+    }
+
+
+def kimi_verdict(k: dict):
+    """The verdict of ``ch5_kimi_decode`` on :func:`kimi_decode`'s speedup, recomputed at the declared
+    TPOT-SLO ends."""
+    return claims.evaluate("ch5_kimi_decode", k["speedup"], recompute=lookup(k["at"]))
+
+
+def kimi_rows(k: dict, tpot_slo_s: float) -> list:
+    """The context, TPOT SLO, speedup, TPOT ratio of :func:`kimi_decode` and the published speedup."""
+    return [
+        ("ch5_kimi_context", k["context"], "{:,}-token"),
+        ("ch5_kimi_tpot_slo", tpot_slo_s * 1e3, "{:g} ms"),
+        (
+            "ch5_kimi_speedup",
+            float(k["speedup"]),
+            "{:.1f}×" if np.isfinite(k["speedup"]) else "n/a (no feasible decode plan)",
+        ),
+        ("ch5_kimi_tpot_ratio", float(k["tpot_ratio"]), "{:.1f}×" if np.isfinite(k["tpot_ratio"]) else "n/a"),
+        ("ch5_kimi_published", data.published("kimi_linear_decode_speedup_1m")["value"], "{:g}×"),
+    ]
+
+
+# ----------------------------------------------------------------------- verdicts
+
+SHARE_CLAIMS = (
+    ("ch5_tiering_share", "share_off_hbm"),
+    ("ch5_qevict_share", "share_qevict"),
+    ("ch5_compressed_share", "share_compressed"),
+    ("ch5_disagg_share", "share_disagg"),
+)
+SSD_PRICE_ENDS = (0.5, 4.0)  # the declared SSD-price ends of the share claims (data/claims.yaml)
+
+
+def share_verdicts(findings: dict, cells: pd.DataFrame, ends=SSD_PRICE_ENDS) -> tuple:
+    """The verdicts of the four share claims (:data:`SHARE_CLAIMS`: tiering, QEvict's ladder,
+    compression, disaggregation) on the map's ``findings``, each recomputed over the cells at one
+    SSD price factor of ``ends``."""
+    at = {f: decide.map_findings(cells[cells["ssd_price_factor"] == f]) for f in ends}
+    return tuple(
+        claims.evaluate(cid, findings[key], recompute=lookup({f: at[f][key] for f in at}))
+        for cid, key in SHARE_CLAIMS
+    )
+
+
+def arch_verdict(lin_reduction: float, lin_share: float):
+    """The verdict of ``ch5_arch_cost``: the cost reduction per unit of KV reduction (the share of
+    layers made linear), nan when no layer is."""
+    return claims.evaluate("ch5_arch_cost", lin_reduction / lin_share if lin_share > 0 else float("nan"))
+
+
+# ----------------------------------------------------------------------- map set-up
+
+
+def reference_price_factor(ssd_price_factors) -> float:
+    """The SSD price factor the chapter's answer is drawn at: 1 when the map has it, else the middle one."""
+    return 1.0 if 1.0 in ssd_price_factors else sorted(ssd_price_factors)[len(ssd_price_factors) // 2]
+
+
+def interactive_factors_row(factors) -> tuple:
+    """The interactive map's SSD price factors, in increasing order ('none' when there are none)."""
+    return ("ch5_interactive_factors", ", ".join(f"{f:g}" for f in sorted(factors)) or "none", None)
+
+
+def fid_tokens_row(fid) -> tuple:
+    """Tokens of each chapter-4 fidelity run: prefill, decoding steps and the first token
+    (``fid``: the chapter's :class:`~analysis.compose.params.Fidelity`)."""
+    return ("ch5_fid_tokens", fid.fidelity_prefill_tokens + fid.fidelity_decode_tokens + 1, "{:,} tokens")
+
+
+def other_source_map(cfg, measured, cells: pd.DataFrame, every: pd.DataFrame) -> dict:
+    """The decision map judged with the other fidelity source than ``cfg``'s (``other``): its policies
+    and floor, its cells (same options, only admissibility changes, so the map is re-judged, not
+    re-priced), the cells whose cheapest option it moves (``moved``) and its findings."""
+    fid, dm = cfg.fidelity, cfg.decision_map
+    other = "chapter 4" if fid.fidelity_source == "published" else "published"
+    pol_other = fidelity.with_source(measured, other, model=cfg.service.model)
+    floor_other = configure.fidelity_floor(cfg, pol_other, other)
+    cells_other = decide.cells_from_every(
+        cells, decide.rejudge(every, floor_other, decide.options(dm.layouts, pol_other, dm.modes))
+    )
+    moved = decide.compare_maps(
+        cells, cells_other, f"fidelity: {fid.fidelity_source} (the map)", f"fidelity: {other}"
+    )
+    return {
+        "other": other,
+        "policies": pol_other,
+        "floor": floor_other,
+        "cells": cells_other,
+        "moved": moved,
+        "findings": decide.map_findings(cells_other),
+    }
