@@ -32,11 +32,16 @@ data: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
+# Two pytest-xdist workers; the chapters' smoke executions (tests/test_notebooks.py) start first, beside
+# the other tests (tests/conftest.py orders them). OMP_WAIT_POLICY=PASSIVE: numba's idle OpenMP threads
+# sleep instead of spinning; with more threads than free cores, spinning threads slow chapter 4 down
+# (its smoke run: 289 s -> 127 s on 2 busy cores). tests/conftest.py sets it, and one OpenBLAS thread,
+# for pytest's processes.
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m analysis.build
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m analysis.build
 	bash .ci/install-browser.sh  # Debian's chromium + chromium-driver for tests/test_browser.py
-	$(BIN)/python -m pytest -q -ra -n 2
+	$(BIN)/python -m pytest -q -ra -n 2 --dist worksteal
 
 # External links of the book (listed in book/links.md) checked by Sphinx's linkcheck builder;
 # needs a network (CI has none): run it where one exists; it records each link's date and result in
@@ -49,7 +54,7 @@ linkcheck: $(STAMP)
 # models of the same architectures stand in: tests/_tiny_model.py), no Chromium (browser), nothing marked
 # slow; make test runs them all.
 unit: $(STAMP)
-	$(BIN)/python -m pytest -q -ra -n 2 -m "not notebook and not real_weights and not browser and not slow"
+	$(BIN)/python -m pytest -q -ra -n 2 --dist worksteal -m "not notebook and not real_weights and not browser and not slow"
 
 bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done

@@ -17,12 +17,37 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
+def _chapter_seconds() -> dict:
+    """Cold execution time of each chapter (data/chapter_resources.csv), {} if unreadable."""
+    import csv
+
+    try:
+        with open(REPO / "data" / "chapter_resources.csv") as fh:
+            rows = csv.DictReader(line for line in fh if not line.startswith("#"))
+            return {r["chapter"]: float(r["seconds"]) for r in rows if r.get("cache") == "cold"}
+    except (OSError, KeyError, ValueError):
+        return {}
+
+
 def pytest_collection_modifyitems(config, items):
     """Every test that uses the ``browser`` fixture (headless Chromium) is marked ``browser``: make test
-    installs Chromium and runs them; make unit deselects them."""
+    installs Chromium and runs them; make unit deselects them.
+
+    The chapter executions (``notebook``) go first, longest chapter first, so that pytest-xdist's
+    workers start them early and share out the short tests around them (the order of the others is
+    kept)."""
     for item in items:
         if "browser" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.browser)
+    notebooks = [it for it in items if it.get_closest_marker("notebook")]
+    if notebooks:
+        secs = _chapter_seconds()
+
+        def cost(it):
+            return -max((v for k, v in secs.items() if k in it.name), default=0.0)
+
+        rest = [it for it in items if not it.get_closest_marker("notebook")]
+        items[:] = sorted(notebooks, key=cost) + rest
 
 
 @pytest.fixture
