@@ -458,3 +458,24 @@ def test_cached_takes_a_function_and_its_keyword_arguments(tmp_path, monkeypatch
     assert cache.cached("t", {"x": 1}, lambda: 7) == 7  # the (inputs, compute) form still works
     with pytest.raises(TypeError):
         cache.cached("t", {"x": 1}, model="a")
+
+
+def test_pd_gain_at_slo_ends_runs_the_sweep_at_each_declared_end(monkeypatch):
+    calls = []
+
+    def fake_cached(namespace, fn, **kw):
+        calls.append((namespace, fn, kw))
+        return kw["tpot_slo_s"]
+
+    monkeypatch.setattr(chapter.cache, "cached", fake_cached)
+    inputs = {"models": ["m"], "npu_points": ["x"], "role_hardware": {}, "tpot_slo_s": 0.05, "gpus": ["g"]}
+    out = chapter.pd_gain_at_slo_ends(inputs, eff="cal")
+    assert out == chapter.tpot_slo_ends()  # one sweep per end, at that end's TPOT SLO
+    assert all(ns == "disagg/pd_gain_slo" and fn is study.pd_gain_sweep for ns, fn, _ in calls)
+    assert all(kw["eff"] == "cal" and "npu_points" not in kw and kw["models"] == ["m"] for *_, kw in calls)
+
+
+def test_chapter_verdicts_in_the_ledger_order():
+    v = chapter.chapter_verdicts({"a": 1, "b": 2, "c": 3}, {"s3": 4, "dsv3": 5, "order": 6},
+                                 {"ms": 7, "ds": 8})
+    assert v == [1, 2, 3, 4, 5, 6, 7, 8]

@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from .. import claims, data, report
+from .. import cache, claims, data, report
 from .. import forward as costs
 from . import devices, study
 from . import search as S
@@ -812,6 +812,21 @@ def pd_gain_inputs(inputs: dict) -> dict:
     """The arguments of :func:`.study.pd_gain_sweep` from :func:`sweep_inputs` (GPU cells; the TPOT SLO
     given separately)."""
     return subset(inputs, drop=("npu_points", "role_hardware", "tpot_slo_s"))
+
+
+def pd_gain_at_slo_ends(inputs: dict, eff) -> dict:
+    """Claim (a)'s PD gain sweep (:func:`.study.pd_gain_sweep`, cached on disk) at each declared end of
+    the TPOT SLO (:func:`tpot_slo_ends`), priced at the efficiencies ``eff``: ``{"low": df, "high": df}``."""
+    return {end: cache.cached("disagg/pd_gain_slo", study.pd_gain_sweep, **pd_gain_inputs(inputs),
+                              tpot_slo_s=slo, eff=eff)
+            for end, slo in tpot_slo_ends().items()}
+
+
+def chapter_verdicts(verdicts: dict, prod_verdicts: dict, gain_verdicts: dict) -> list:
+    """The chapter's verdicts in the ledger's order: claims (a), (b), (c), then the production
+    claims (Step-3, DeepSeek-V3, their order) and the gain claims (MegaScale-Infer, DistServe)."""
+    return [verdicts["a"], verdicts["b"], verdicts["c"], prod_verdicts["s3"], prod_verdicts["dsv3"],
+            prod_verdicts["order"], gain_verdicts["ms"], gain_verdicts["ds"]]
 
 
 def _at(stated, calibrated, by_price=None, by_slo=None):
