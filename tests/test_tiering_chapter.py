@@ -346,3 +346,35 @@ def test_figures_one_per_label(real, replayed):
     ax = F.fig_tornado(torn, 2.0, "nvme").axes[0]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["b", "a"]  # largest swing on top
     plt.close("all")
+
+
+def test_eq2_forward_rows_price_the_prefill_by_the_time_model():
+    from analysis.tiering import prefill as pf
+
+    d = T.Deployment()
+    g = {n: (v, f) for n, v, f in C.eq2_forward_rows(d)}
+    assert set(g) == {"ch2_eq2_fw_a800", "ch2_eq2_fw_h800"} and g["ch2_eq2_fw_a800"][1] == "{:.2f} GB/s"
+    t = float(pf.prefill_time(d.replace(model="Llama-3.1-70B", gpu="H800-SXM5-80GB", tp=8), 8192, 0.0))
+    assert g["ch2_eq2_fw_h800"][0] == pytest.approx(kv.kv_bytes("Llama-3.1-70B", 8192, 1, "bf16") / t / 1e9)
+    assert g["ch2_eq2_fw_h800"][0] > g["ch2_eq2_fw_a800"][0]  # a faster GPU recomputes faster
+    # with all-reduces and overheads the recomputation is slower than the paper's peak-FLOP closed form
+    peak = C.eq2()["at"][1.0]
+    assert g["ch2_eq2_fw_a800"][0] < peak["8xA800"] and g["ch2_eq2_fw_h800"][0] < peak["8xH800"]
+
+
+def test_recall_stall_rows():
+    d = T.Deployment()
+    unit = C.recall_unit_bytes("Llama-3.1-70B", "bf16")
+    g = {n: v for n, v, _ in C.recall_stall_rows(d, "Llama-3.1-70B", unit)}
+    assert g["ch2_recall_k"] == 64
+    assert 0 <= g["ch2_recall_prefetch"] < g["ch2_recall_noprefetch"]  # prefetch hides reads behind compute
+    assert g["ch2_recall_qlc"] > g["ch2_recall_prefetch"]  # the QLC drive is IOPS-bound
+    g2 = {n: v for n, v, _ in C.recall_stall_rows(d, "Llama-3.1-70B", unit, k_units=128)}
+    assert g2["ch2_recall_noprefetch"] > g["ch2_recall_noprefetch"]
+
+
+def test_replay_compare_is_the_replay_as_a_table(real, replayed):
+    tr, hc, d, econ = real
+    cmp, outcomes = C.replay_compare(tr, hc, d, econ, ["hbm", "dram", "nvme"], 8)
+    pd.testing.assert_frame_equal(cmp, replayed[0])
+    assert set(outcomes) == {"hbm", "dram", "nvme"}

@@ -13,9 +13,11 @@ import pandas as pd
 from .. import claims, data, kv, specs, traces
 from . import admission as adm
 from . import cluster as cl
+from . import datapath as dpath
 from . import endurance as endu
 from . import loadcompute as lc
 from . import policies as pol
+from . import prefill as pf
 from . import replay as rp
 from . import tiers as tiering
 from .hitcurve import lru_hit_curve
@@ -203,6 +205,43 @@ def eq2() -> dict:
             "flops": float(kv.prefill_flops("Llama-3.1-70B", 8192)),
             "time_s": float(kv_bytes) / (at[eff]["8xH800"] * 1e9),
             "eff_why": claims.rule("ch2_eq2")["weighting"]}
+
+
+def eq2_forward_rows(dep) -> list:
+    """Mooncake's Eq. 2 criterion (the load bandwidth that matches recomputing an 8,192-token prefix of
+    LLaMA3-70B on 8 GPUs) with the prefill priced by the book's one time model on ``dep``'s
+    efficiencies, on both of the paper's GPUs (GB/s)."""
+    out = []
+    for k, (g, _) in EQ2.items():
+        d_eq = dep.replace(model="Llama-3.1-70B", gpu=g, tp=8)
+        bw = kv.kv_bytes("Llama-3.1-70B", 8192, 1, "bf16") / float(pf.prefill_time(d_eq, 8192, 0.0))
+        out.append((f"ch2_eq2_fw_{k[2:].lower()}", bw / 1e9, "{:.2f} GB/s"))
+    return out
+
+
+def recall_stall_rows(dep, model: str, unit: float, k_units: int = 64, context_tokens: int = 8192) -> list:
+    """How long recalling ``k_units`` reads of ``unit`` bytes per layer stalls one decode step of one
+    sequence at ``context_tokens`` (the per-layer compute the reads can hide behind, from the book's
+    time model): from the NVMe drive without and with prefetch one layer ahead, from the QLC drive (ms)."""
+    n_layers = specs.model(model).n_layers
+    per_layer = float(pf.decode_step_time(dep, context_tokens)) / n_layers
+    return [
+        ("ch2_recall_k", k_units, None),
+        ("ch2_recall_noprefetch",
+         dpath.recall_time(dep.nvme_name, unit, k_units, n_layers, per_layer, prefetch=False) * 1e3,
+         "{:.2f} ms"),
+        ("ch2_recall_prefetch",
+         dpath.recall_time(dep.nvme_name, unit, k_units, n_layers, per_layer) * 1e3, "{:.2f} ms"),
+        ("ch2_recall_qlc",
+         dpath.recall_time(dep.qlc_name, unit, k_units, n_layers, per_layer) * 1e3, "{:.2f} ms"),
+    ]
+
+
+def replay_compare(tr, hc, dep, econ, configs, max_instances: int):
+    """Chapter 2's replay of every tier configuration (:func:`analysis.tiering.replay.compare`) as a
+    table, one row per configuration, and each configuration's outcome."""
+    rows, outcomes = rp.compare(tr, hc, dep, econ, configs, max_instances)
+    return pd.DataFrame(rows), outcomes
 
 
 def requirement_pivot(models_grid, gpus_grid, prefix_tokens: int, kv_dtype: str,
