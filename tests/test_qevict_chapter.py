@@ -225,3 +225,37 @@ def test_figures_named_after_their_labels_return_figures():
     ]
     assert all(isinstance(f, matplotlib.figure.Figure) for f in figs)
     plt.close("all")
+
+
+def test_qevict_verdict_is_the_declared_rule_and_must_agree_with_it():
+    pols = ["full", "h2o", "snapkv", "kivi2", "qevict_recall"]
+    base = ch.baselines(pols)
+    n = max(QEVICT_RULE["min_docs"], 2)
+    s = pd.concat([_summary().assign(document=lambda d, i=i: d.document + str(i)) for i in range(n)],
+                  ignore_index=True)
+    share, v, table, why = ch.qevict_default(s, pols)
+    assert np.isfinite(share)  # enough documents: the rule is testable
+    vq = ch.qevict_verdict(s, base, share, v, why)
+    assert vq.claim_id == "ch4_qevict_three_tiers" and vq.computed == share and vq.verdict == v
+    assert vq.robustness  # recomputed at the declared sensitivity ends
+    with pytest.raises(AssertionError):
+        ch.qevict_verdict(s, base, share, "a verdict the rule never gives", why)
+
+
+def test_drift_verdict_names_the_missing_documents_and_must_agree_with_the_rule():
+    drift = pd.DataFrame({"miss_rel_excess": [0.1]})
+    dv = {"lo": float("nan"), "n_docs": 1, "verdict": "not testable (1 document)"}
+    v = ch.drift_verdict([{"attn_full": None}], drift, dv, 256, 16, 1, 100, 0)
+    assert v.claim_id == "ch4_drift" and v.verdict.startswith("not testable")
+    assert "1 document(s) with results" in v.detail
+    with pytest.raises(AssertionError):
+        ch.drift_verdict([{"attn_full": None}], drift, {**dv, "verdict": "reproduced"}, 256, 16, 1, 100, 0)
+
+
+def test_genre_rule_table_and_when_it_runs():
+    base = ["h2o", "snapkv", "kivi2"]
+    assert ch.runs_genres(["full", "qevict_recall", "h2o"], ["h2o"])
+    assert not ch.runs_genres(["full", "h2o"], ["h2o"]) and not ch.runs_genres(["qevict_recall"], [])
+    t = ch.genre_rule_table(_summary(), base, {"code": "code", "needle": "needle"})
+    assert "share" not in t and "verdict (declared rule)" in t and "better (pairs)" in t
+    assert len(t) == 2 and all(isinstance(x, str) for x in t["verdict (declared rule)"])

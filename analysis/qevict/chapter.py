@@ -26,7 +26,8 @@ from .metrics import DRIFT_RULE, QEVICT_RULE, bootstrap_ci, drift_rule_verdict, 
 from .policies import POLICY_LABELS, make_policy
 from .quant import full_window_bytes, quant_window_bytes
 from .tuning import stale_reasons
-from .verdicts import missing_documents, qevict_recompute, qevict_value
+from .verdicts import by_genre as rule_by_genre
+from .verdicts import drift_recompute, missing_documents, qevict_recompute, qevict_value
 
 EVICTING = ("streaming", "h2o", "tova", "snapkv")
 RECALLING = ("qevict_recall", "quest", "h2o_recall", "snapkv_recall")
@@ -145,6 +146,21 @@ def drift_glue(drift: pd.DataFrame, dv: dict) -> list:
         ("ch4_blir_excess", (drift.budget_lir_observed - drift.budget_lir_null_mean).mean(), "{:+.0%}"),
         ("ch4_drift_rule", DRIFT_RULE["text"], None),
     ]
+
+
+def drift_verdict(results, drift: pd.DataFrame, dv: dict, prefill_tokens: int, window_tokens: int,
+                  sink_windows: int, n_boot: int, seed: int):
+    """DRIFT_RULE as declared in data/claims.yaml (``ch4_drift``) on the default run's drift (``dv``:
+    ``metrics.drift_rule_verdict``), recomputed at its declared sensitivity ends from each document's
+    full-cache attention (``results``); it must agree with ``dv``'s verdict."""
+    v = claims.evaluate(
+        "ch4_drift", dv["lo"],
+        missing=f"{dv['n_docs']} document(s) with results (the declared rule needs at least 2)",
+        recompute=drift_recompute([r["attn_full"] for r in results], drift.miss_rel_excess.values,
+                                  prefill_tokens, window_tokens, sink_windows, n_boot, seed))
+    if not (v.verdict == dv["verdict"] or dv["verdict"].startswith("not testable")):
+        raise AssertionError(f"claims.evaluate says {v.verdict!r}, the drift rule {dv['verdict']!r}")
+    return v
 
 
 def drift_claim_text(drift: pd.DataFrame, dv: dict, lir_mean: float) -> str:
@@ -352,6 +368,17 @@ def qevict_default(summary: pd.DataFrame, policies):
     )
 
 
+def qevict_verdict(summary: pd.DataFrame, base, share: float, verdict: str, why: str):
+    """The declared QEvict rule (``ch4_qevict_three_tiers`` in data/claims.yaml: the share of baselines
+    QEvict-recall passes at >= 75% of the budgets) on :func:`qevict_default`'s share, recomputed at the
+    rule's declared sensitivity ends; it must agree with ``verdict``, the rule's own."""
+    v = claims.evaluate("ch4_qevict_three_tiers", share, missing=why,
+                        recompute=qevict_recompute(summary, "qevict_recall", base))
+    if not (v.verdict == verdict or verdict.startswith("not testable")):
+        raise AssertionError(f"claims.evaluate says {v.verdict!r}, the QEvict rule {verdict!r}")
+    return v
+
+
 def outcome_counts(table: pd.DataFrame) -> dict:
     """Pairs per outcome of the rule table (every outcome of :data:`OUTCOMES`, zero if absent)."""
     c = table.outcome.value_counts() if len(table) else pd.Series(dtype=int)
@@ -412,6 +439,23 @@ def rule_labels(extra: dict, keys) -> list:
         claims.evaluate("ch4_qevict_three_tiers", sh, recompute=rc, missing=why).label
         for sh, rc, why in (extra[k] for k in keys)
     ]
+
+
+def runs_genres(policies, base) -> bool:
+    """Whether the per-genre comparison can run: QEvict-recall and at least one baseline were run."""
+    return "qevict_recall" in policies and bool(base)
+
+
+GENRE_COLUMNS = {"documents": "documents (count)", "better": "better (pairs)",
+                 "not worse": "not worse (pairs)", "worse": "worse (pairs)", "unclear": "unclear (pairs)"}
+
+
+def genre_rule_table(summary: pd.DataFrame, base, labels: dict) -> pd.DataFrame:
+    """The declared QEvict rule on each genre's documents alone (``verdicts.by_genre``) with the
+    ledger's label of each genre's verdict, units in the column names."""
+    gtab, gextra = rule_by_genre(summary, "qevict_recall", base, labels)
+    gtab["verdict (declared rule)"] = rule_labels(gextra, gtab.genre)
+    return gtab.drop(columns="share").rename(columns=GENRE_COLUMNS)
 
 
 def genre_wins_text(ratios: pd.DataFrame) -> str:
