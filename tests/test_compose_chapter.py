@@ -329,3 +329,21 @@ def test_map_setup_rows():
         cc.fid_tokens_row(CFG.fidelity)[1]
         == CFG.fidelity.fidelity_prefill_tokens + CFG.fidelity.fidelity_decode_tokens + 1
     )
+
+
+def test_old_pricing_map_compares_the_map_at_one_price():
+    opts = decide.options(["hbm", "nvme"], [KVPolicy.full()], ["C"])
+    floor = decide.FidelityFloor()
+    cells, _ = decide.decision_map(BASE, [4096, 16384], [0.0, 0.6], [0.5, 1.0], opts, REUSE, floor)
+    om = cc.old_pricing_map(BASE, REUSE, cells, [4096, 16384], [0.0, 0.6], 1.0, opts, floor)
+    assert set(om["cells_new"]["ssd_price_factor"]) == {1.0} and len(om["cells_new"]) == 4
+    assert om["seconds"] >= 0 and len(om["cells_old"]) == 4
+    assert om["moved"].empty  # the same pricing on both sides: nothing moves
+    assert om["F_new"] == decide.map_findings(om["cells_new"])
+    assert om["F_old"]["n_cells"] == om["F_new"]["n_cells"]
+
+
+def test_long_runs_row_when_switched_off():
+    assert cc.long_runs_row(False) == ("ch5_long_runs", "switched off by the parameters", None)
+    name, text, _ = cc.long_runs_row(True)
+    assert name == "ch5_long_runs" and text

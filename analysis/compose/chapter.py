@@ -6,6 +6,8 @@ A function named ``*_row(s)`` returns glued values as ``(name, value, format)`` 
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pandas as pd
 
@@ -553,6 +555,35 @@ def pricing_unit_bytes(base, unit_tokens: int):
     ``base``'s tiers at TP 8."""
     tier = tiering_tiers.build_tiers("nvme", pipeline.tier_deployment(base, 8))[-1]
     return RandomReadRecall(unit_tokens=unit_tokens).unit_bytes(tier, base.model)
+
+
+def old_pricing_map(
+    old_base, old_reuse, cells: pd.DataFrame, contexts, hit_rates, f_ref: float, opts, floor
+) -> dict:
+    """The decision map at SSD price ``f_ref`` priced the old way (``old_base``, ``old_reuse``: ideal
+    routing, sequential recall, free writes) against the main map's cells at that price: the old map
+    (``cells_old``) and the seconds it took, the main map's cells there (``cells_new``), the cells
+    whose cheapest option changes (``moved``) and the findings of each map (``F_old``, ``F_new``)."""
+    t = time.perf_counter()
+    cells_old, _ = decide.decision_map(old_base, contexts, hit_rates, [f_ref], opts, old_reuse, floor)
+    seconds = time.perf_counter() - t
+    cells_new = cells[cells["ssd_price_factor"] == f_ref]
+    moved = decide.compare_maps(
+        cells_new, cells_old, "chapter 2's pricing (the map)", "ideal routing, sequential recall, free writes"
+    )
+    return {
+        "cells_old": cells_old,
+        "seconds": seconds,
+        "cells_new": cells_new,
+        "moved": moved,
+        "F_old": decide.map_findings(cells_old),
+        "F_new": decide.map_findings(cells_new),
+    }
+
+
+def long_runs_row(enabled: bool) -> tuple:
+    """Chapter 4's committed long-context runs the fidelity source reads (none when switched off)."""
+    return ("ch5_long_runs", long_runs_text(fidelity.long_context_runs() if enabled else [], enabled), None)
 
 
 def pricing_map_rows(moved: pd.DataFrame, cells_f: pd.DataFrame, F_old: dict, F_new: dict) -> list:
