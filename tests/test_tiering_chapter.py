@@ -378,3 +378,33 @@ def test_replay_compare_is_the_replay_as_a_table(real, replayed):
     cmp, outcomes = C.replay_compare(tr, hc, d, econ, ["hbm", "dram", "nvme"], 8)
     pd.testing.assert_frame_equal(cmp, replayed[0])
     assert set(outcomes) == {"hbm", "dram", "nvme"}
+
+
+def test_glue_rows_convert_units_of_the_numbers_they_read():
+    g = {n: (v, f) for n, v, f in C.hbm_rows({"hbm_tok": 2.5e6, "sat99": 4e7, "sat100": 6e7})}
+    assert g == {"ch2_hbm_tokens": (2.5, "{:.2f}M tokens"), "ch2_sat99_tokens": (40.0, "{:.0f}M"),
+                 "ch2_sat100_tokens": (60.0, "{:.0f}M")}
+    e2 = C.eq2()
+    g = {n: v for n, v, _ in C.eq2_rows(e2)}
+    assert g["ch2_eq2_h800"] == e2["at"][e2["eff"]]["8xH800"]
+    assert g["ch2_eq2_half_a800"] == e2["at"][0.5]["8xA800"]
+    assert g["ch2_eq2_h800_diff"] == e2["table"].loc[1, "difference (%)"]
+    assert g["ch2_eq2_flops"] == e2["flops"] / 1e15 and g["ch2_eq2_time"] == e2["time_s"] * 1e3
+    assert g["ch2_eq1_ours"] == e2["coef"]["total"]
+    d = T.Deployment()
+    g = {n: v for n, v, _ in C.knee_rows(d)}
+    n_b, bw_b = T.scaling_knee(d, "cpu_bounce")
+    assert g["ch2_bounce_knee_drives"] == n_b and g["ch2_bounce_knee_bw"] == bw_b / 1e9
+    piv = pd.DataFrame({"A800": [1.0, 50.0]}, index=["m1", "m2"])
+    g = {n: v for n, v, _ in C.requirement_rows(piv, d)}
+    assert g["ch2_nvme_bw"] == T.build_tier("nvme", d).bandwidth / 1e9
+    assert g["ch2_grid_max_pair"] == "m2 on A800"
+    pl = {"seq_fraction_of_ceiling": 0.5, "iops_fraction_of_ceiling": 0.2, "tops_headroom_quant": 3.0,
+          "effective_kv_bw": 5.6e10}
+    assert dict((n, v) for n, v, _ in C.ai_ssd_rows(pl))["ch2_ai_eff_bw"] == 56.0
+    assert C.gpu_rent_row(R.Economics(1.0 / 3600, 5.0)) == ("ch2_gpu_rent", 1.0, "{:.2f} USD/h")
+    an = {"capacity_tokens": 2e6, "seconds_max": 0.5, "runs": {"lru": {"hit": 0.3, "tb": 1.5}},
+          "best": "lru+all", "best_cost": 0.2}
+    g = {n: v for n, v, _ in C.admission_rows(an)}
+    assert g == {"ch2_adm_cap": 2.0, "ch2_adm_seconds_max": 0.5, "ch2_adm_lru_hit": 0.3,
+                 "ch2_adm_lru_tb": 1.5, "ch2_adm_best": "lru+all", "ch2_adm_best_cost": 0.2}

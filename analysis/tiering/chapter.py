@@ -662,3 +662,98 @@ def tornado_reading(torn) -> str:
         return ("the GPU side of the chain dominates, and the cache media are a second-order "
                 "term as long as they are fast enough to keep prefill from stalling")
     return "here a property of the cache tiers moves the cost as much as the GPUs do"
+
+
+# ----------------------------------------------------------------------- glue rows: (name, value, format)
+
+
+def hbm_rows(h: dict) -> list:
+    """The HBM left for KV on one instance and the capacities that reach 99% and 100% of the
+    largest hit rate (:func:`hit_curve`), in millions of tokens."""
+    return [
+        ("ch2_hbm_tokens", h["hbm_tok"] / 1e6, "{:.2f}M tokens"),
+        ("ch2_sat99_tokens", h["sat99"] / 1e6, "{:.0f}M"),
+        ("ch2_sat100_tokens", h["sat100"] / 1e6, "{:.0f}M"),
+    ]
+
+
+def eq2_rows(e2: dict) -> list:
+    """Mooncake's Eq. 2 reproduced (:func:`eq2`): the criterion on both GPUs at the declared efficiency
+    and at 0.5, its difference from the published figures, the worked example (KV bytes, PFLOP, ms)
+    and the Eq. 1 coefficients, implied and counted."""
+    at, eff, table, coef = e2["at"], e2["eff"], e2["table"], e2["coef"]
+    return [
+        ("ch2_eq2_a800", at[eff]["8xA800"], "{:.2f} GB/s"),
+        ("ch2_eq2_h800", at[eff]["8xH800"], "{:.2f} GB/s"),
+        ("ch2_eq2_a800_diff", table.loc[0, "difference (%)"], "{:+.1%}"),
+        ("ch2_eq2_h800_diff", table.loc[1, "difference (%)"], "{:+.1%}"),
+        ("ch2_eq2_kv_bytes", e2["kv_bytes"], "bytes"),
+        ("ch2_eq2_flops", e2["flops"] / 1e15, "{:.2f} PFLOP"),
+        ("ch2_eq2_time", e2["time_s"] * 1e3, "{:.0f} ms"),
+        ("ch2_eq2_eff", eff, "{:g}"),
+        ("ch2_eq2_eff_why", e2["eff_why"], None),
+        ("ch2_eq2_half_a800", at[0.5]["8xA800"], "{:.2f} GB/s"),
+        ("ch2_eq2_half_h800", at[0.5]["8xH800"], "{:.2f} GB/s"),
+        ("ch2_eq1_implied", e2["eq1_implied"], "{:.1f}"),
+        ("ch2_eq1_ours", coef["total"], "{:.1f}"),
+        ("ch2_eq1_weights", coef["weights"], "{:.1f}"),
+        ("ch2_eq1_attn", coef["attention"], "{:.1f}"),
+        ("ch2_eq1_lm", coef["lm_head"], "{:.2f}"),
+    ]
+
+
+def requirement_rows(piv: pd.DataFrame, dep) -> list:
+    """The largest and smallest requirement of :func:`requirement_pivot` and the share of pairs that
+    one NVMe tier of ``dep`` meets, with that tier's bandwidth."""
+    nv = tiering.build_tier("nvme", dep)
+    rq = requirement_extremes(piv, nv.bandwidth)
+    return [
+        ("ch2_grid_max_pair", rq["max_pair"], None),
+        ("ch2_grid_max", rq["max"], "{:.0f} GB/s"),
+        ("ch2_grid_min_pair", rq["min_pair"], None),
+        ("ch2_grid_min", rq["min"], "{:.2g} GB/s"),
+        ("ch2_nvme_bw", nv.bandwidth / 1e9, "{:.1f} GB/s"),
+        ("ch2_grid_share_nvme", rq["share_met"], "{:.0%}"),
+    ]
+
+
+def knee_rows(dep) -> list:
+    """The drive count where each data path stops scaling and the bandwidth it reaches there
+    (:func:`analysis.tiering.tiers.scaling_knee`)."""
+    kb_n, kb_bw = tiering.scaling_knee(dep, "cpu_bounce")
+    kd_n, kd_bw = tiering.scaling_knee(dep, "gpu_direct")
+    return [
+        ("ch2_bounce_knee_drives", kb_n, None),
+        ("ch2_bounce_knee_bw", kb_bw / 1e9, "{:.0f} GB/s"),
+        ("ch2_direct_knee_drives", kd_n, None),
+        ("ch2_direct_knee_bw", kd_bw / 1e9, "{:.0f} GB/s"),
+    ]
+
+
+def ai_ssd_rows(pl: dict) -> list:
+    """The AI SSD's claims against the drive ceilings (:func:`analysis.tiering.tiers.ai_ssd_plausibility`)
+    and the KV bandwidth its in-drive quantization delivers."""
+    return [
+        ("ch2_ai_seq_frac", pl["seq_fraction_of_ceiling"], "{:.0%}"),
+        ("ch2_ai_iops_frac", pl["iops_fraction_of_ceiling"], "{:.0%}"),
+        ("ch2_ai_tops_headroom", pl["tops_headroom_quant"], "{:.0f}×"),
+        ("ch2_ai_eff_bw", pl["effective_kv_bw"] / 1e9, "{:.0f} GB/s"),
+    ]
+
+
+def gpu_rent_row(econ) -> tuple:
+    """The GPU's rental rate per hour."""
+    return ("ch2_gpu_rent", econ.gpu_usd_per_s * 3600, "{:.2f} USD/h")
+
+
+def admission_rows(an: dict) -> list:
+    """The admission comparison (:func:`admission_numbers`): the store's capacity, the slowest run, each
+    run's hit rate and write rate, the cheapest pair and its cost."""
+    rows = [
+        ("ch2_adm_cap", an["capacity_tokens"] / 1e6, "{:.1f}M tokens"),
+        ("ch2_adm_seconds_max", an["seconds_max"], "{:.2f} s"),
+    ]
+    for key, run in an["runs"].items():
+        rows += [(f"ch2_adm_{key}_hit", run["hit"], "{:.1%}"),
+                 (f"ch2_adm_{key}_tb", run["tb"], "{:.1f} TB/h")]
+    return rows + [("ch2_adm_best", an["best"], None), ("ch2_adm_best_cost", an["best_cost"], "{:.3f} USD")]
