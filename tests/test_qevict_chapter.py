@@ -259,3 +259,8 @@ def test_genre_rule_table_and_when_it_runs():
     t = ch.genre_rule_table(_summary(), base, {"code": "code", "needle": "needle"})
     assert "share" not in t and "verdict (declared rule)" in t and "better (pairs)" in t
     assert len(t) == 2 and all(isinstance(x, str) for x in t["verdict (declared rule)"])
+
+
+def test_compressed_drops_only_the_full_cache():
+    sp = ch.compressed(_summary())
+    assert "full" not in set(sp.policy) and len(sp) == len(_summary()) - (_summary().policy == "full").sum()

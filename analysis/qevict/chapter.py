@@ -348,6 +348,11 @@ def tuning_glue(tuned: dict | None) -> list:
     ]
 
 
+def compressed(summary: pd.DataFrame) -> pd.DataFrame:
+    """The run's summary rows of every policy but the full cache (the compressed ones)."""
+    return summary[summary.policy != "full"]
+
+
 def baselines(policies) -> list:
     """The policies QEvict-recall is compared with: all but the full cache and the QEvict variants."""
     return [p for p in policies if p not in THREE_TIER]
