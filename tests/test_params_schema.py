@@ -93,6 +93,7 @@ def test_a_changed_default_a_missing_or_an_extra_parameter_is_reported():
 NOT_PARAMETERS = {
     ("analysis/disagg/chapter.py", "batch"),  # a plan's batch size
     ("analysis/disagg/figures.py", "batch"),  # a plan unit's batch size
+    ("analysis/compose/chapter.py", "batch"),  # a decode plan's batch size (absent when infeasible)
     ("analysis/qevict/tuning.py", "documents"),  # the tuning cache's inputs
     # a long run's row, every knob already set from the schema's defaults (check_run); the module is
     # keyed by the committed long-run artifacts, so it is not edited
