@@ -1,4 +1,4 @@
-"""Chapters 1 and 2 are thin and follow the book's figure convention: no function or lambda is
+"""Every chapter is thin and follow the book's figure convention: no function or lambda is
 defined in a chapter, every cell that shows a figure carries a name and a caption (myst-nb figure
 metadata), and the name ``fig-a-b`` is the function ``fig_a_b`` of the chapter's ``figures`` module."""
 import importlib
@@ -9,7 +9,11 @@ import pytest
 import yaml
 
 BOOK = Path(__file__).resolve().parent.parent / "book"
-CHAPTERS = {"01_kv_footprint.md": "analysis.kv_figures", "02_ssd_offload.md": "analysis.tiering.figures"}
+CHAPTERS = {"01_kv_footprint.md": "analysis.kv_figures", "02_ssd_offload.md": "analysis.tiering.figures",
+            "03_disagg.md": "analysis.disagg.figures", "04_qevict.md": "analysis.qevict.figures",
+            "05_where_kv_lives.md": "analysis.compose.figures"}
+# numbers a caption may state because the figure function draws them as constants (not results)
+DRAWING_CONSTANTS = {"fig-disagg-validation": {"30%"}}  # the shaded +-30% band (xs / 1.3 .. xs * 1.3)
 CELL = re.compile(r"^```\{code-cell\}[^\n]*\n(.*?)^```$", re.S | re.M)
 
 
@@ -25,9 +29,9 @@ def cells(text):
     return out
 
 
-@pytest.mark.parametrize("chapter", sorted(CHAPTERS))
-def test_no_function_or_lambda_in_the_chapter(chapter):
-    src = "\n".join(b for _, b in cells((BOOK / chapter).read_text()))
+@pytest.mark.parametrize("page", sorted(p.name for p in BOOK.glob("*.md")))
+def test_no_function_or_lambda_in_any_page(page):
+    src = "\n".join(b for _, b in cells((BOOK / page).read_text()))
     assert not re.search(r"^\s*def |lambda[\s:]", src, re.M)
 
 
@@ -43,4 +47,5 @@ def test_every_figure_has_a_name_a_caption_and_its_function(chapter):
         assert callable(getattr(module, func, None)), func
         assert f"{func}(" in body, f"{fig['name']} is not drawn by {func}"
         typed = re.findall(r"\d+\.\d+|\d+%", fig["caption"])
-        assert set(typed) <= {"95%"}, f"numbers in a caption must be glued: {typed}"
+        allowed = {"95%"} | DRAWING_CONSTANTS.get(fig["name"], set())
+        assert set(typed) <= allowed, f"numbers in a caption must be glued: {typed}"
