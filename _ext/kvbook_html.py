@@ -14,6 +14,12 @@
    formula stays raw TeX and the request fails. When the pinned ``django-static-mathjax`` package
    (MathJax 3.2.2, Apache-2.0; a plain copy of MathJax, no Django needed) is installed, the MathJax
    files the book needs are copied to ``_static/mathjax/`` and ``mathjax_path`` points there.
+5. **Plotly served once.** Chapter 5's interactive map (``analysis.compose.figures.interactive_map_html``
+   with ``plotly_js="book"``) loads ``_static/plotly.min.js`` instead of inlining 4.6 MB into the page;
+   the file is written here from the pinned ``plotly`` package at build time (not committed).
+6. **Interactive tables.** ``_static/kvbook-tables.js`` (``_ext/static``, a few KB, no library) makes the
+   long and wide tables of ``analysis.tables.show`` and the claims ledger sortable, filterable and
+   paginated, offline.
 """
 from __future__ import annotations
 
@@ -100,7 +106,26 @@ def on_config_inited(app, config):
         config.mathjax_path = f"mathjax/{MATHJAX_ENTRY}"
 
 
+PLOTLY_JS = "plotly.min.js"  # the name analysis.compose.figures.interactive_map_html loads
+
+
+def write_plotly_js(outdir: Path) -> Path | None:
+    """``_static/plotly.min.js`` of the HTML output from the installed (pinned) ``plotly`` package."""
+    if importlib.util.find_spec("plotly") is None:
+        return None
+    from plotly.offline import get_plotlyjs  # optional heavy dependency
+
+    dest = Path(outdir) / "_static" / PLOTLY_JS
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    js = get_plotlyjs()
+    if not dest.is_file() or dest.read_text(encoding="utf-8") != js:
+        dest.write_text(js, encoding="utf-8")
+    return dest
+
+
 def on_builder_inited(app):
+    if app.builder.format == "html":
+        write_plotly_js(Path(app.outdir))
     src = mathjax_es5_dir()
     if src is None or app.builder.format != "html":
         return
@@ -123,4 +148,5 @@ def setup(app):
     # before sphinx-book-theme's header buttons (priority 501), which read ipynb_source
     app.connect("html-page-context", on_page_context, priority=400)
     app.connect("html-page-context", on_page_context_late, priority=900)  # after every script is added
+    app.add_js_file("kvbook-tables.js", loading_method="defer")  # _ext/static (kvbook_links adds the path)
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}

@@ -28,7 +28,8 @@ every import (function-local ones too) and every module name written in a string
 
 1. **data**: :mod:`.data` (external files through ``data/registry.yaml``, verified by sha256; in-repo
    tables with provenance), :mod:`.specs` (typed model and hardware specs).
-2. **utilities**, used by every layer above: :mod:`.report` (glue, footers), :mod:`.plots` (one
+2. **utilities**, used by every layer above: :mod:`.report` (glue, footers), :mod:`.tables` (every
+   table shown to readers: human formatting, interactive when long or wide), :mod:`.plots` (one
    theme), :mod:`.params` (schema registry and validation; imports no module of ``analysis``),
    :mod:`.cache` (on-disk result cache), :mod:`.deps` (what a chapter or cached function depends on:
    the keys of both caches), :mod:`.artifacts` (committed long-run results with provenance),

@@ -40,8 +40,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "analysis"
 LAYERS = [
     ("data", True, {"analysis.data": "data", "analysis.specs": "specs"}),
     ("utilities", True, {m: m for m in (
-        "analysis.report", "analysis.plots", "analysis.params", "analysis.cache", "analysis.deps",
-        "analysis.artifacts", "analysis.claims", "analysis.resources")}),
+        "analysis.report", "analysis.tables", "analysis.plots", "analysis.params", "analysis.cache",
+        "analysis.deps", "analysis.artifacts", "analysis.claims", "analysis.resources")}),
     ("core models", True, {m: m for m in (
         "analysis.kv", "analysis.roofline", "analysis.forward", "analysis.timing", "analysis.traces")}),
     ("chapters", False, {

@@ -218,25 +218,60 @@ _JS = """
 """
 
 
-def interactive_map_html(data: dict, div_id: str = "kv-decision-map") -> str:
-    """A self-contained HTML fragment: the decision map as a Plotly heatmap with three sliders (SSD
-    price, prompt length, reuse) and the selected cell's cost per layout. Plotly's JavaScript bundle
-    (from the pinned ``plotly`` package) is inlined, so the page needs no server and no network; an
-    AMD loader on the page is hidden while it loads so that ``window.Plotly`` is defined."""
-    from plotly.offline import get_plotlyjs  # optional heavy dependency
+PLOTLY_BOOK_PATH = "_static/plotly.min.js"  # written by _ext/kvbook_html.py from the pinned plotly package
 
+# Loads the book's one copy of Plotly (relative to the page's Sphinx content root), with an AMD loader on
+# the page hidden while it loads so that ``window.Plotly`` is defined, then draws.
+_BOOK_LOADER = """
+(function () {
+  var root = document.getElementById("__ID__");
+  function go() { __DRAW__ }
+  if (window.Plotly) { go(); return; }
+  var base = document.documentElement.getAttribute("data-content_root");
+  if (base === null) {
+    root.insertAdjacentHTML("beforeend", "<p><em>The interactive map loads Plotly from the built book " +
+      "(__PATH__); in a notebook, call interactive_map_html(..., plotly_js='inline').</em></p>");
+    return;
+  }
+  var amd = window.define, s = document.createElement("script");
+  window.define = undefined;
+  window.PlotlyConfig = {MathJaxConfig: "local"};
+  s.src = base + "__PATH__";
+  s.onload = function () { window.define = amd; go(); };
+  s.onerror = function () { window.define = amd; };
+  document.head.appendChild(s);
+})();
+"""
+
+
+def interactive_map_html(data: dict, div_id: str = "kv-decision-map", plotly_js: str = "inline") -> str:
+    """A self-contained HTML fragment: the decision map as a Plotly heatmap with three sliders (SSD
+    price, prompt length, reuse) and the selected cell's cost per layout.
+
+    ``plotly_js``: ``"inline"`` puts Plotly's JavaScript bundle (from the pinned ``plotly`` package, 4.6
+    MB) into the fragment, so it needs no server and no network (a notebook); ``"book"`` loads the
+    book's one copy, ``_static/plotly.min.js`` (written at build time by ``_ext/kvbook_html.py``), so the
+    chapter's page stays small. Either way an AMD loader on the page is hidden while Plotly loads so that
+    ``window.Plotly`` is defined."""
+    if plotly_js not in ("inline", "book"):
+        raise ValueError(f"plotly_js must be 'inline' or 'book', not {plotly_js!r}")
     nf, nc, nh = len(data["factors"]), len(data["contexts"]), len(data["hits"])
     controls = "".join(
         f'<label style="margin-right:1.5em">{name} <input type="range" class="{cls}" min="0" max="{n - 1}" '
         f'step="1" aria-label="{name}"> <span class="{cls}-val"></span></label>'
         for name, cls, n in (("SSD price", "kv-f", nf), ("prompt length", "kv-c", nc), ("reuse", "kv-h", nh)))
     js = _JS.replace("__DATA__", json.dumps(data, separators=(",", ":"))).replace("__ID__", div_id)
-    return (f'<div id="{div_id}" class="kv-interactive-map">'
+    html = (f'<div id="{div_id}" class="kv-interactive-map">'
             f'<div style="font-size:0.9em;margin-bottom:0.5em">{controls}</div>'
             f'<div style="display:flex;flex-wrap:wrap">'
             f'<div id="{div_id}-map" style="flex:1 1 380px;min-width:320px"></div>'
-            f'<div id="{div_id}-bars" style="flex:1 1 320px;min-width:280px"></div></div></div>'
-            '<script>window.__kvAmd = window.define; window.define = undefined; '
+            f'<div id="{div_id}-bars" style="flex:1 1 320px;min-width:280px"></div></div></div>')
+    if plotly_js == "book":
+        return html + "<script>" + _BOOK_LOADER.replace("__ID__", div_id).replace(
+            "__PATH__", PLOTLY_BOOK_PATH).replace("__DRAW__", js) + "</script>"
+    from plotly.offline import get_plotlyjs  # optional heavy dependency
+
+    return (html + '<script>window.__kvAmd = window.define; window.define = undefined; '
             'window.PlotlyConfig = {MathJaxConfig: "local"};</script>'
             f'<script>{get_plotlyjs()}</script>'
             '<script>window.define = window.__kvAmd;</script>'
