@@ -179,20 +179,30 @@ class Table:
         return "".join(out)
 
 
-def show(data: pd.DataFrame | Styler, *, formats: Mapping | None = None, units: Mapping | None = None,
+def show(data: pd.DataFrame | Styler | None, *, formats: Mapping | None = None, units: Mapping | None = None,
          na: str = NA, caption: str | None = None, interactive: bool | None = None,
-         max_rows: int = MAX_PLAIN_ROWS, page_size: int = PAGE_SIZE) -> Table:
+         max_rows: int = MAX_PLAIN_ROWS, page_size: int = PAGE_SIZE) -> Table | None:
     """``data`` (a DataFrame, or a pandas ``Styler`` whose explicit formats are kept) as a :class:`Table`.
 
     ``formats``: column -> format string (``"{:.1%}"``) or callable, applied to values that are neither
     missing nor infinite (those read ``na`` and ``∞``). ``units``: column -> unit written in its header.
     ``interactive``: None decides by size (more than ``max_rows`` rows or :data:`MAX_PLAIN_COLUMNS`
-    columns). A column named in ``formats`` or ``units`` that the table lacks is an error.
+    columns). A column named in ``formats`` or ``units`` that the table lacks is an error. ``None`` shows
+    nothing (returns None); a Styler's hidden index stays hidden, any other index that is not the
+    default one becomes the first column (its formats then fall back to the human ones).
     """
+    if data is None:  # a chapter function with nothing to show (e.g. a sweep that was not run)
+        return None
+    if not isinstance(data, (pd.DataFrame, Styler)):
+        raise TypeError(f"tables.show: a DataFrame or a Styler, not {type(data).__name__}")
     styler = data if isinstance(data, Styler) else None
     df = styler.data if styler is not None else data
-    if styler is None and not isinstance(df.index, pd.RangeIndex):
-        df = df.reset_index()  # a meaningful index becomes a column; the default one is not shown
+    index_shown = styler is None or not all(getattr(styler, "hide_index_", [False]))
+    if index_shown and not isinstance(df.index, pd.RangeIndex):
+        # a meaningful index becomes the first column (a Styler's formats shift with its columns)
+        if styler is not None:
+            styler = styler.data.reset_index().style  # its declared formats would point at other columns
+        df = df.reset_index()
     formats, units = dict(formats or {}), dict(units or {})
     unknown = [c for c in list(formats) + list(units) if c not in df.columns]
     if unknown:
