@@ -60,13 +60,13 @@
         detail.hidden = true;
         var td = document.createElement("td");
         td.colSpan = head.cells.length - (ruleCol >= 0 ? 1 : 0);
-        var vp = document.createElement("p");
+        var vp = document.createElement("div");
         vp.innerHTML = "<strong>Verdict:</strong> ";
         while (cell.firstChild) { vp.appendChild(cell.firstChild); }
         td.appendChild(vp);
         if (ruleCell >= 0) {
           var rc = r.tr.cells[ruleCell];
-          var rp = document.createElement("p");
+          var rp = document.createElement("div");
           rp.innerHTML = "<strong>Rule:</strong> ";
           while (rc.firstChild) { rp.appendChild(rc.firstChild); }
           td.appendChild(rp);
@@ -130,6 +130,7 @@
     bar.appendChild(size);
     var wrap = table.closest(".kvbook-table-wrap, .pst-scrollable-table-container") || table;
     wrap.parentNode.insertBefore(bar, wrap);
+    table.kvbookControls = {filter: filter, prev: prev, next: next, size: size, count: count};
 
     function key(r, col) {
       var c = r.tr.cells[col];
@@ -195,6 +196,7 @@
       function sort() {
         state.dir = state.sortCol === col ? -state.dir : 1;
         state.sortCol = col;
+        state.page = 0;
         Array.prototype.forEach.call(head.cells, function (h) { h.setAttribute("aria-sort", "none"); });
         th.setAttribute("aria-sort", state.dir > 0 ? "ascending" : "descending");
         render();
