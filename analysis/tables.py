@@ -188,8 +188,8 @@ def show(data: pd.DataFrame | Styler | None, *, formats: Mapping | None = None, 
     missing nor infinite (those read ``na`` and ``∞``). ``units``: column -> unit written in its header.
     ``interactive``: None decides by size (more than ``max_rows`` rows or :data:`MAX_PLAIN_COLUMNS`
     columns). A column named in ``formats`` or ``units`` that the table lacks is an error. ``None`` shows
-    nothing (returns None); a Styler's hidden index stays hidden, any other index that is not the
-    default one becomes the first column (its formats then fall back to the human ones).
+    nothing (returns None). A named index (``set_index("drive")``) becomes the first column (a Styler's
+    formats then fall back to the human ones), unless the Styler hides it; an unnamed one is not shown.
     """
     if data is None:  # a chapter function with nothing to show (e.g. a sweep that was not run)
         return None
@@ -198,7 +198,7 @@ def show(data: pd.DataFrame | Styler | None, *, formats: Mapping | None = None, 
     styler = data if isinstance(data, Styler) else None
     df = styler.data if styler is not None else data
     index_shown = styler is None or not all(getattr(styler, "hide_index_", [False]))
-    if index_shown and not isinstance(df.index, pd.RangeIndex):
+    if index_shown and any(n is not None for n in df.index.names):
         # a meaningful index becomes the first column (a Styler's formats shift with its columns)
         if styler is not None:
             styler = styler.data.reset_index().style  # its declared formats would point at other columns

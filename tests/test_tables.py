@@ -64,6 +64,7 @@ def test_index_column_and_html():
     named = pd.DataFrame({"v": [1.0, 2.0]}, index=pd.Index(["a", "b"], name="drive"))
     assert tables.show(named).columns == ["drive", "v"]
     assert tables.show(named.style.hide(axis="index")).columns == ["v"]
+    assert tables.show(named.reset_index(drop=True).set_axis([7, 3])).columns == ["v"]  # unnamed: not shown
     html = tables.show(pd.DataFrame({"v": [3, 1]}))._repr_html_()
     assert "<tbody><tr><td" in html and "<tbody><tr><th" not in html  # no index column
     assert 'data-sort="3.0"' in html and 'class="num"' in html
