@@ -101,7 +101,12 @@ def mathjax_es5_dir() -> Path | None:
     return None
 
 
+STATIC = Path(__file__).resolve().parent / "static"  # kvbook.css, kvbook-tables.js (kvbook_links adds it too)
+
+
 def on_config_inited(app, config):
+    if str(STATIC) not in [str(p) for p in config.html_static_path]:
+        config.html_static_path.append(str(STATIC))
     if mathjax_es5_dir() is not None and "://" in (config.mathjax_path or "https://"):
         config.mathjax_path = f"mathjax/{MATHJAX_ENTRY}"
 
@@ -148,5 +153,5 @@ def setup(app):
     # before sphinx-book-theme's header buttons (priority 501), which read ipynb_source
     app.connect("html-page-context", on_page_context, priority=400)
     app.connect("html-page-context", on_page_context_late, priority=900)  # after every script is added
-    app.add_js_file("kvbook-tables.js", loading_method="defer")  # _ext/static (kvbook_links adds the path)
+    app.add_js_file("kvbook-tables.js", loading_method="defer")  # from STATIC
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}
