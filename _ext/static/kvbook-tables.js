@@ -102,7 +102,7 @@
       if (cg) { cg.parentNode.removeChild(cg); }  // the list-table's widths no longer match
     }
 
-    var pageSize = parseInt(table.dataset.pageSize || (ledger ? "10" : "10"), 10) || 10;
+    var pageSize = parseInt(table.dataset.pageSize || "10", 10) || 10;
     var state = {query: "", sortCol: -1, dir: 1, page: 0, size: pageSize};
     var bar = document.createElement("div");
     bar.className = "kvbook-table-bar";
