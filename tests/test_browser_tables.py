@@ -11,6 +11,7 @@ A missing Chromium fails, as in tests/test_browser.py.
 """
 from __future__ import annotations
 
+import re
 import urllib.parse
 
 import pandas as pd
@@ -63,11 +64,19 @@ def _type(drv, sel, text):
         "f.value = arguments[1]; f.dispatchEvent(new Event('input'));", sel, text)
 
 
+def test_the_script_and_the_formatter_agree_on_the_longest_plain_table():
+    m = re.search(r"var MAX_PLAIN_ROWS = (\d+);", JS.read_text())
+    assert m and int(m.group(1)) == tables.MAX_PLAIN_ROWS
+
+
 def test_interactive_table_pages_filters_and_sorts(browser, tmp_path):
     df = pd.DataFrame({"n": [(i * 37) % 45 for i in range(45)], "name": [f"row {i}" for i in range(45)]})
     t = tables.show(df)
     assert t.interactive
-    _page(tmp_path, t._repr_html_())
+    md = "".join(f"<tr><td>p{i}</td><td>{i}</td></tr>" for i in range(tables.MAX_PLAIN_ROWS + 5))
+    md = f'<div class="cell_output"><table class="table"><thead><tr><th>parameter</th><th>default</th></tr>' \
+         f"</thead><tbody>{md}</tbody></table></div>"
+    _page(tmp_path, t._repr_html_() + md)
     with bh.serve(tmp_path) as url:
         browser.get(url + "index.html")
         sel = "table.kvbook-interactive"
@@ -81,6 +90,8 @@ def test_interactive_table_pages_filters_and_sorts(browser, tmp_path):
         assert [int(v) for v in _visible_rows(browser, sel)] == list(range(44, 44 - tables.PAGE_SIZE, -1))
         _type(browser, sel, "row 4")  # row 4, row 40..44
         assert len(_visible_rows(browser, sel)) == 6
+        # another long table of a cell's output (a parameters table printed as Markdown) is paginated too
+        assert len(_visible_rows(browser, ".cell_output table")) == tables.PAGE_SIZE
         errors = bh.console_errors(browser.get_log("browser"))
         assert not errors, errors
 

@@ -2,6 +2,7 @@
  *
  * - table.kvbook-interactive (analysis/tables.py: a long or wide table of a chapter): a filter box,
  *   sortable headers (numeric cells sort by their data-sort value) and pages of data-page-size rows.
+ * - any other table of a cell's output with more than 20 rows (a chapter's parameters table): the same.
  * - table.kvbook-ledger (book/claims.md, a list-table with :class: kvbook-ledger): the same, and the
  *   column headed "Verdict" becomes a coloured badge (+ "fragile" / "amended" marks, and a sortable
  *   "Robustness" column), while the verdict's text and the column headed "Rule" move into a details
@@ -211,7 +212,13 @@
     render();
   }
 
+  var MAX_PLAIN_ROWS = 20;  // analysis.tables.MAX_PLAIN_ROWS: a longer table of a cell's output is paginated
+
   function init() {
+    // a cell's other long tables too (a chapter's parameters table, printed as Markdown)
+    document.querySelectorAll(".cell_output table").forEach(function (t) {
+      if (t.tBodies[0] && t.tBodies[0].rows.length > MAX_PLAIN_ROWS) { t.classList.add("kvbook-interactive"); }
+    });
     document.querySelectorAll("table.kvbook-interactive, table.kvbook-ledger").forEach(setup);
   }
   if (document.readyState === "loading") { document.addEventListener("DOMContentLoaded", init); }
