@@ -1,7 +1,8 @@
 """The interactive decision map of chapter 5 (:func:`analysis.compose.figures.interactive_map_html`) in a
 real browser: moving the SSD-price control changes the map, moving prompt length and reuse changes the
 cell shown, and the page logs no error and requests nothing from the network (the Plotly bundle is
-inline). Once on a small synthetic grid (always), once on the built chapter page (when ``_build/html``
+inline in the synthetic page; the chapter page loads the book's one copy, _static/plotly.min.js).
+Once on a small synthetic grid (always), once on the built chapter page (when ``_build/html``
 exists). A missing Chromium fails, as in tests/test_browser.py."""
 from __future__ import annotations
 
