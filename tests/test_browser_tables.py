@@ -188,3 +188,35 @@ def test_ledger_is_one_sortable_filterable_table(browser, base_url):
         ".filter(r => r.getClientRects().length && !r.classList.contains('kvbook-detail'))"
         ".map(r => r.dataset.verdict);")
     assert order == sorted(order), order
+
+
+def test_map_loads_plotly_from_the_books_static_files(browser, tmp_path):
+    """Chapter 5's map with ``plotly_js="book"`` draws from ``_static/plotly.min.js`` (as the build writes
+    it), relative to the page's Sphinx content root, with no network and no error."""
+    import importlib.util
+
+    from analysis.compose import figures
+    from tests.test_browser_interactive import LAYOUTS, _grid
+
+    spec = importlib.util.spec_from_file_location("kvbook_html", bh.REPO / "_ext" / "kvbook_html.py")
+    ext = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ext)
+    ext.write_plotly_js(tmp_path)
+    cells, every = _grid()
+    data = figures.interactive_data(cells, every, LAYOUTS)
+    frag = figures.interactive_map_html(data, "kvmap", plotly_js="book")
+    (tmp_path / "book").mkdir()
+    (tmp_path / "book" / "page.html").write_text(
+        "<!doctype html><html data-content_root='../'><head><meta charset='utf-8'><title>map</title>"
+        f"<link rel='icon' href='data:,'></head><body>{frag}</body></html>")
+    bh.drain_logs(browser)
+    with bh.serve(tmp_path) as url:
+        browser.get(url + "book/page.html")
+        drawn = browser.execute_async_script(
+            "var done = arguments[arguments.length - 1], t0 = Date.now();"
+            "(function wait() { var e = document.getElementById('kvmap-map');"
+            "  if ((e && e.data) || Date.now() - t0 > 20000) done(!!(e && e.data));"
+            "  else setTimeout(wait, 100); })();")
+        console, perf = bh.drain_logs(browser)
+    assert drawn, "the map did not draw from _static/plotly.min.js"
+    assert not bh.console_errors(console) and not bh.failed_requests(perf)
