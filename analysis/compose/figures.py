@@ -46,12 +46,14 @@ def _annotate_frontiers(ax, lay, n_rows, n_cols):
                     continue
                 seen.add((a, b))
                 x, y = (j + 0.5, i) if dj else (j, i + 0.5)
-                ax.annotate(f"{LAYOUT_SHORT.get(a, a)}→{LAYOUT_SHORT.get(b, b)}", (x, y), fontsize=6.5,
-                            ha="center", va="center", rotation=90 if dj else 0, fontweight="bold",
+                ax.annotate(f"{LAYOUT_SHORT.get(a, a)}→{LAYOUT_SHORT.get(b, b)}", (x, y),
+                            fontsize=plots.SMALL_PT, ha="center", va="center", rotation=90 if dj else 0,
+                            fontweight="bold",
                             bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="black", lw=0.6, alpha=0.9))
 
 
-def decision_map(cells, layouts, *, factors=None, fmt_cost="${:.3f}", panel_width=5.4, fontsize=8):
+def decision_map(cells, layouts, *, factors=None, fmt_cost="${:.3f}", panel_width=5.4,
+                 fontsize=plots.SMALL_PT):
     """One panel per SSD price factor (``factors``: a subset; default all), stacked in one column so
     that the cell labels stay legible at the page width: context (rows) x hit rate (columns),
     coloured by the cheapest layout, with the policy, mode and cost written in each cell and thick
@@ -62,8 +64,8 @@ def decision_map(cells, layouts, *, factors=None, fmt_cost="${:.3f}", panel_widt
     factors = sorted(cells["ssd_price_factor"].unique()) if factors is None else list(factors)
     hits = sorted(cells["hit_rate"].unique())
     ctxs = sorted(cells["context"].unique())
-    panel_h = 0.62 * len(ctxs) + 1.0
-    size = (panel_width + 1.5, panel_h * len(factors) + 1.2)
+    panel_h = 0.66 * len(ctxs) + 1.0
+    size = plots.figsize(panel_h * len(factors) + 1.2, panel_width + 1.5)
     fig, axes = plt.subplots(len(factors), 1, figsize=size, squeeze=False, sharex=True)
     for ax, f in zip(axes[:, 0], factors):
         sub = cells[np.isclose(cells["ssd_price_factor"], f)].set_index(["context", "hit_rate"])
@@ -104,7 +106,7 @@ def decision_map(cells, layouts, *, factors=None, fmt_cost="${:.3f}", panel_widt
         handles.append(Patch(fill=False, hatch="////", ec="0.35",
                              label="answer flips within the declared ranges"))
     fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 3), bbox_to_anchor=(0.5, 1.02),
-               title="cheapest tier layout", fontsize=8)
+               title="cheapest tier layout", fontsize=plots.SMALL_PT)
     top = 1 - (1.0 if len(handles) > 3 else 0.75) / size[1]  # inches for the legend above the panels
     fig.tight_layout(rect=(0, 0, 1, top))
     return fig
@@ -279,21 +281,28 @@ def interactive_map_html(data: dict, div_id: str = "kv-decision-map", plotly_js:
 
 
 def sensitivity(ax, df, *, xlabel, title, logx=False, groups_label=None, colors=None):
-    """Lines of the cheapest cost per group (layout, mode, ...) against one input, the overall
-    cheapest as a thick grey line. ``colors``: group -> colour (default: the palette in order)."""
+    """Lines of the cheapest cost per group (layout, mode, ...) against one input, each in its colour,
+    marker and line style (lines that coincide stay visible: the later dashed over the earlier, the
+    earlier's markers larger), over the overall cheapest as a thick light-grey line (unlabelled: the
+    legend's title names it). ``colors``: group -> colour (default: the book's series colours)."""
+    best = df[df["group"] == "best"]
+    ax.plot(best["value"], best["usd_per_mtok"], color="k", lw=5, alpha=0.18, zorder=1,
+            solid_capstyle="round", label="_nolegend_")
     groups = [g for g in df["group"].unique() if g != "best"]
     for i, g in enumerate(groups):
         sub = df[df["group"] == g]
-        col = (colors or {}).get(g, plots.PALETTE[i % len(plots.PALETTE)])
-        ax.plot(sub["value"], sub["usd_per_mtok"], marker=plots.MARKERS[i % len(plots.MARKERS)], ms=4, lw=1.2,
-                color=col, label=(groups_label or {}).get(g, g))
-    best = df[df["group"] == "best"]
-    ax.plot(best["value"], best["usd_per_mtok"], color="k", lw=2.5, alpha=0.35, label="cheapest")
+        st = plots.series_style(i, ms=7 - 0.7 * (i % 6), lw=1.3)
+        if colors and g in colors:
+            st["color"] = colors[g]
+        ax.plot(sub["value"], sub["usd_per_mtok"], zorder=2 + i, label=(groups_label or {}).get(g, g), **st)
     if logx:
         ax.set_xscale("log", base=2)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("USD per million tokens")
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title, fontsize=plots.SMALL_PT + 2)
+
+
+LEGEND_TITLE = "cheapest per {}; thick grey line: the cheapest overall"
 
 
 # ----------------------------------------------------------------------- the chapter's figures, by label
@@ -312,7 +321,7 @@ def fig_decision_map(cells, layouts):
 def fig_sens_devices(sweeps: dict, layout_labels: dict):
     """Cheapest cost per tier layout against the AI-SSD price, the CXL price, the NVMe per-drive
     bandwidth and the AI SSD's read gain (``sweeps``: ``chapter.sensitivity_sweeps``)."""
-    fig, axs = plt.subplots(2, 2, figsize=(8.4, 7.4), sharey=True)
+    fig, axs = plots.subplots(2, 2, height=7.6, sharey=True)
     col = layout_colors()
     sensitivity(axs[0, 0], sweeps["ai"], xlabel="× AI-SSD price of data/hardware.csv", title="AI-SSD price",
                 logx=True, groups_label=layout_labels, colors=col)
@@ -322,20 +331,21 @@ def fig_sens_devices(sweeps: dict, layout_labels: dict):
                 logx=True, groups_label=layout_labels, colors=col)
     sensitivity(axs[1, 1], sweeps["bits"], xlabel="× read rate (16 / stored bits)",
                 title="AI-SSD effective bandwidth", logx=True, groups_label=layout_labels, colors=col)
-    axs[0, 1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.tight_layout()
+    plots.legend_below(fig, *axs[0, 0].get_legend_handles_labels(), ncol=3,
+                       title=LEGEND_TITLE.format("tier layout"), title_fontsize=plots.SMALL_PT)
     return fig
 
 
 def fig_sens_arch_disagg(sweeps: dict, layout_labels: dict):
     """Cheapest cost per tier layout against the linear-attention share (left) and per deployment
     mode against disaggregation's transfer overhead (right)."""
-    fig, axs = plt.subplots(1, 2, figsize=(8.4, 4.4))
-    sensitivity(axs[0], sweeps["lin"], xlabel="share of layers with linear attention (KV per token −x)",
+    fig, axs = plots.subplots(1, 2, height=5.4)
+    sensitivity(axs[0], sweeps["lin"], xlabel="share of layers with linear\nattention (KV per token −x)",
                 title="KV-shrinking architectures", groups_label=layout_labels, colors=layout_colors())
-    axs[0].legend(fontsize=7)
-    sensitivity(axs[1], sweeps["xfer"], xlabel="transfer overhead (× slower scale-out transfer)",
+    sensitivity(axs[1], sweeps["xfer"], xlabel="transfer overhead\n(× slower scale-out transfer)",
                 title="maturity of disaggregation", logx=True)
-    axs[1].legend(fontsize=7)
-    fig.tight_layout()
+    for ax, what in ((axs[0], "tier layout"), (axs[1], "deployment mode")):
+        # each panel's legend below it (its own groups), the title naming the grey line
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.32), ncol=1, fontsize=plots.SMALL_PT,
+                  title=LEGEND_TITLE.format(what).replace("; ", "\n"), title_fontsize=plots.SMALL_PT)
     return fig

@@ -7,6 +7,7 @@ result cache that chapter 5 shares, so the cost is the map itself (seconds).
 """
 from __future__ import annotations
 
+from .. import plots
 from . import configure as compose_configure
 from . import decide, fidelity, figures
 from .params import SCHEMA
@@ -33,12 +34,14 @@ def default_map(price_factor: float = 1.0):
 def figure(price_factor: float = 1.0):
     """The decision map (one panel, sized as chapter 5's opening map) as a matplotlib figure."""
     cells, P = default_map(price_factor)
-    fig = figures.decision_map(cells, P["layouts"], factors=[price_factor], panel_width=5.4, fontsize=8)
+    fig = figures.decision_map(cells, P["layouts"], factors=[price_factor], panel_width=5.4,
+                               fontsize=plots.SMALL_PT)
     # chapter 5's legend runs along the top of the panels; for the front page it goes below, in two columns
     for leg in list(fig.legends):
         handles, labels = leg.legend_handles, [t.get_text() for t in leg.get_texts()]
         title = leg.get_title().get_text()
         leg.remove()
-        fig.legend(handles, labels, title=title, ncol=2, fontsize=8, title_fontsize=8, frameon=False,
-                   loc="upper center", bbox_to_anchor=(0.5, 0.0))
+        fig.legend(handles, labels, title=title, ncol=2, fontsize=plots.SMALL_PT,
+                   title_fontsize=plots.SMALL_PT, frameon=False, loc="upper center",
+                   bbox_to_anchor=(0.5, 0.0))
     return fig

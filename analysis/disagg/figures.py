@@ -5,8 +5,8 @@ caption (``mystnb: figure:`` cell metadata) and computes nothing here: the data 
 from __future__ import annotations
 
 import json
+import textwrap
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.colors import LogNorm
@@ -25,7 +25,7 @@ ROLE_COLORS = {"C": plots.PALETTE[0], "P": plots.PALETTE[1], "D": plots.PALETTE[
 def fig_disagg_validation(test: pd.DataFrame):
     """Predicted against measured TPOT and TTFT of the held-out runs (``chapter.held_out``), log-log,
     with the diagonal and a ±30% band."""
-    fig, axes = plt.subplots(1, 2, figsize=(8.2, 4.2))
+    fig, axes = plots.subplots(1, 2, height=4.4)
     for ax, m, lab in [(axes[0], "tpot", "TPOT (ms)"), (axes[1], "ttft", "TTFT (ms)")]:
         for mode, mk, col in [("agg", "o", plots.PALETTE[0]), ("disagg", "s", plots.PALETTE[1])]:
             d = test[test["mode"] == mode]
@@ -37,18 +37,19 @@ def fig_disagg_validation(test: pd.DataFrame):
         ax.plot(xs, xs, color="k", lw=1)
         ax.fill_between(xs, xs / 1.3, xs * 1.3, color="k", alpha=0.08, lw=0)
         ax.set(xscale="log", yscale="log", xlabel=f"measured {lab}", ylabel=f"predicted {lab}")
-        ax.legend(loc="upper left")
-    plt.tight_layout()
+        ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=1, fontsize=plots.SMALL_PT,
+                  markerscale=2)
+    plots.tidy_log_ticks(fig)
     return fig
 
 
 def fig_disagg_queueing(curve: pd.DataFrame):
     """Median measured and predicted TTFT per concurrency bin (``chapter.queueing_curve``)."""
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plots.subplots(height=4.2)
     ax.plot(curve.index, curve["silicon_ttft_ms"], "o-", label="measured", color=plots.PALETTE[0])
     ax.plot(curve.index, curve["pred_ttft_ms"], "s--", label="predicted", color=plots.PALETTE[1])
     ax.set(xscale="log", yscale="log", xlabel="client concurrency", ylabel="median TTFT (ms)")
-    ax.legend()
+    plots.legend_below(fig, ncol=2)
     return fig
 
 
@@ -66,9 +67,9 @@ def fig_disagg_heatmap(sweep: pd.DataFrame, models, ratios, hw_sets, modes=("PD"
     and hardware set (``ncol`` modes side by side per set)."""
     modes = list(modes)
     nrow = -(-len(modes) // ncol)
-    fig, axes = plt.subplots(nrow * len(hw_sets), ncol,
-                             figsize=(7.8, (0.36 * len(models) + 1.0) * nrow * len(hw_sets)),
-                             squeeze=False, sharex=True, sharey=True)
+    fig, axes = plots.subplots(nrow * len(hw_sets), ncol,
+                               height=(0.3 * len(models) + 0.9) * nrow * len(hw_sets),
+                               squeeze=False, sharex=True, sharey=True)
     norm = LogNorm(vmin=0.25, vmax=4)
     for i, hw in enumerate(hw_sets):
         d = sweep[sweep["hardware"] == hw]
@@ -85,16 +86,15 @@ def fig_disagg_heatmap(sweep: pd.DataFrame, models, ratios, hw_sets, modes=("PD"
             for a in range(len(models)):
                 for b in range(len(ratios)):
                     ax.text(b, a, heatmap_text(piv.iloc[a, b], fm.iloc[a, b], cf.iloc[a, b]), ha="center",
-                            va="center", fontsize=7)
-            ax.set_xticks(range(len(ratios)), [f"{r:g}" for r in ratios], fontsize=8)
-            ax.set_yticks(range(len(models)), models, fontsize=8)
+                            va="center", fontsize=plots.SMALL_PT)
+            ax.set_xticks(range(len(ratios)), [f"{r:g}" for r in ratios], fontsize=plots.SMALL_PT)
+            ax.set_yticks(range(len(models)), models, fontsize=plots.SMALL_PT)
             ax.grid(False)
-            ax.set_title(f"{mode} — {hw}", fontsize=9)
+            ax.set_title(f"{mode} — {hw}", fontsize=plots.SMALL_PT + 1)
             if i == len(hw_sets) - 1 and j // ncol == nrow - 1:
                 ax.set_xlabel("input / output ratio")
         for j in range(len(modes), nrow * ncol):  # an odd number of modes leaves a panel empty
             axes[i * nrow + j // ncol, j % ncol].axis("off")
-    plt.tight_layout()
     return fig
 
 
@@ -102,46 +102,57 @@ def fig_disagg_ablation(bd: pd.DataFrame, ab: pd.DataFrame, models, ablation_rat
                         rho_sweep: float, rho_abl: float):
     """Best disaggregated speedup against the attention share: the sweep's cells (``bd``) and the
     ablation (``ab``), from ``chapter.attention_frames``; ``rho_*``: the pooled correlations."""
-    fig, axes = plt.subplots(1, 2, figsize=(7.8, 4.4), sharey=True)
-    ax = axes[0]
-    for i, m in enumerate(models):
-        d = bd[bd["model"] == m]
-        ax.scatter(d["attention_share"], d["best_disagg"], marker=plots.MARKERS[i % len(plots.MARKERS)],
-                   color=plots.PALETTE[i % len(plots.PALETTE)], label=m)
-    ax.axhline(1, color="k", lw=0.8)
-    ax.set(xlabel="attention share of a decode step", ylabel="best disaggregated speedup", yscale="log",
-           title=f"sweep (ρ = {rho_sweep:+.2f})")
-    ax.legend(fontsize=7, loc="upper left")
-    ax = axes[1]
-    rc = dict(zip(ablation_ratios, plots.PALETTE[3:]))
+    models = list(models)
+    groups = plots.chunks(models)
+    nrow, ncol = plots.panel_grid(len(groups) + 1, 2)
+    fig, axes = plots.subplots(nrow, ncol, height=4.0 * nrow, squeeze=False, sharey=True)
+    flat = list(axes.flat)
+    for k, (ax, group) in enumerate(zip(flat, groups)):
+        for m in models:
+            d = bd[bd["model"] == m]
+            if m in group:
+                st = plots.series_style(group.index(m))
+                ax.scatter(d["attention_share"], d["best_disagg"], marker=st["marker"], color=st["color"],
+                           label=m, zorder=3)
+            else:
+                ax.scatter(d["attention_share"], d["best_disagg"], marker=".", color=plots.GREY, zorder=1)
+        ax.axhline(1, color="k", lw=0.8)
+        ax.set(xlabel="attention share of a decode step", yscale="log")
+        part = f", models {k + 1}/{len(groups)}" if len(groups) > 1 else ""
+        ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, fontsize=plots.SMALL_PT,
+                  title=f"sweep (ρ = {rho_sweep:+.2f}){part}", title_fontsize=plots.SMALL_PT + 1)
+    for row in axes:
+        row[0].set_ylabel("best disaggregated speedup")
+    ax = flat[len(groups)]
+    rc = dict(zip(ablation_ratios, plots.SERIES_COLORS[3:] + plots.SERIES_COLORS[:3]))
     for (axis, mk) in [("active experts", "o"), ("KV heads", "s")]:
         d = ab[ab["axis"] == axis]
-        ax.scatter(d["attention_share"], d["best_disagg"], marker=mk, c=[rc[r] for r in d["ratio"]],
-                   label=axis)
+        ax.scatter(d["attention_share"], d["best_disagg"], marker=mk, c=[rc[r] for r in d["ratio"]])
         for _, r in d.iterrows():
-            ax.annotate(f"{r['value']:g}", (r["attention_share"], r["best_disagg"]), fontsize=6,
+            ax.annotate(f"{r['value']:g}", (r["attention_share"], r["best_disagg"]), fontsize=plots.SMALL_PT,
                         xytext=(3, 2), textcoords="offset points")
     ax.axhline(1, color="k", lw=0.8)
-    ax.set(xlabel="attention share of a decode step",
-           title=f"ablation of {ablation_model} (ρ = {rho_abl:+.2f})")
+    ax.set(xlabel="attention share of a decode step", yscale="log")
     handles = [Line2D([], [], marker="o", ls="", color="grey", label="active experts"),
                Line2D([], [], marker="s", ls="", color="grey", label="KV heads")]
     handles += [Line2D([], [], marker="o", ls="", color=c, label=f"ratio {r:g}") for r, c in rc.items()]
-    ax.legend(handles=handles, fontsize=7, loc="upper left")
-    plt.tight_layout()
+    ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, fontsize=plots.SMALL_PT,
+              title=f"ablation of {ablation_model} (ρ = {rho_abl:+.2f})", title_fontsize=plots.SMALL_PT + 1)
+    for ax in flat[len(groups) + 1:]:
+        ax.axis("off")
     return fig
 
 
 def fig_disagg_pareto(par: pd.DataFrame, title: str):
     """Best throughput per device of each mode against the TPOT SLO (:func:`.study.pareto_fronts`)."""
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    fig, ax = plots.subplots(height=4.6)
     for i, mode in enumerate(MODE_ORDER):
         d = par[par["mode"] == mode]
         ax.plot(d["tpot_slo_s"] * 1e3, d["tps_device"], marker=plots.MARKERS[i], ls=plots.LINESTYLES[i % 4],
                 color=MODE_COLORS[mode], label=mode)
-    ax.set(xscale="log", yscale="log", xlabel="TPOT SLO (ms)", ylabel="output tokens/s per device",
-           title=title)
-    ax.legend()
+    ax.set(xscale="log", yscale="log", xlabel="TPOT SLO (ms)", ylabel="output tokens/s per device")
+    ax.set_title(title, fontsize=plots.SMALL_PT + 2)
+    plots.legend_below(fig, ncol=5)
     return fig
 
 
@@ -161,20 +172,28 @@ def plan_segments(mode: str, unit: dict, budget: int) -> list:
 
 def fig_disagg_plans(cell: pd.DataFrame, budget: int, title: str):
     """The best plan of each mode (``chapter.focus_cell``) as bars of roles scaled to the budget."""
-    fig, ax = plt.subplots(figsize=(8, 3.6))
+    fig, ax = plots.subplots(height=0.95 * len(MODE_ORDER) + 1.3)
+    px_per_device = 5.6 * plots.FIG_DPI / budget  # the bars' axes are about 5.6 in wide
     for y, mode in enumerate(MODE_ORDER):
         r = cell[cell["mode"] == mode].iloc[0]
         if not r["feasible"]:
-            ax.text(0, y, f"no feasible plan: {r['reason'][:70]}", va="center", fontsize=7)
+            ax.text(0, y, "no feasible plan: " + textwrap.shorten(str(r["reason"]), 70, placeholder="…"),
+                    va="center", fontsize=plots.SMALL_PT)
             continue
-        left = 0.0
+        left, details = 0.0, []
         for u in json.loads(r["units"]):
             for role, w, lab in plan_segments(mode, u, budget):
-                ax.barh(y, w, left=left, color=ROLE_COLORS[role], edgecolor="white")
-                ax.text(left + w / 2, y, f"{role}\n{lab}", ha="center", va="center", fontsize=6)
+                ax.barh(y, w, left=left, height=0.45, color=ROLE_COLORS[role], edgecolor="white")
+                # the role inside its segment when it fits; every segment's plan in one line below the bar
+                if w * px_per_device > len(role) * plots.SMALL_PT * 0.9 + 6:
+                    ax.text(left + w / 2, y, role, ha="center", va="center", fontsize=plots.SMALL_PT)
+                details.append(f"{role}: {lab}")
                 left += w
+        ax.text(0, y + 0.27, "\n".join(textwrap.wrap("   ".join(details), 95)), ha="left", va="top",
+                fontsize=plots.SMALL_PT)
     ax.set_yticks(range(len(MODE_ORDER)), MODE_ORDER)
-    ax.invert_yaxis()
-    ax.set(xlabel=f"devices (of a budget of {budget})", xlim=(0, budget), title=title)
+    ax.set_ylim(len(MODE_ORDER) - 0.25, -0.5)
+    ax.set(xlabel=f"devices (of a budget of {budget})", xlim=(0, budget))
+    ax.set_title(title, fontsize=plots.SMALL_PT + 2)
     ax.grid(False, axis="y")
     return fig

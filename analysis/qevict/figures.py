@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
+from .. import plots
 from ..plots import LINESTYLES
 from .metrics import pareto_mask
 from .policies import POLICY_LABELS
@@ -27,7 +28,7 @@ def _forest(rule_table: pd.DataFrame, title: str = ""):
     row per (baseline, budget), coloured by the rule's outcome; the 10% non-inferiority margin dotted."""
     t = rule_table.sort_values(["baseline", "budget"]).reset_index(drop=True)
     n = len(t)
-    fig, ax = plt.subplots(figsize=(7.0, 0.2 * n + 1.4))
+    fig, ax = plots.subplots(height=0.24 * n + 2.0)
     y = np.arange(n)[::-1]
     for yi, (_, r) in zip(y, t.iterrows()):
         c = OUTCOME_COLORS.get(r.outcome, "k")
@@ -38,14 +39,14 @@ def _forest(rule_table: pd.DataFrame, title: str = ""):
     ax.axvline(1.10, color="k", lw=0.8, ls=":")
     ax.set_xscale("log")
     ax.set_yticks(y, [f"{POLICY_LABELS.get(b, b)} @ {f:.0%}" for b, f in zip(t.baseline, t.budget)],
-                  fontsize=7)
+                  fontsize=plots.SMALL_PT)
     ax.set_xlabel("KL(QEvict) / KL(baseline), geometric mean over documents\n(log scale; < 1: QEvict better)",
-                  fontsize=8)
+                  fontsize=plots.SMALL_PT + 1)
     handles = [plt.Line2D([], [], color=c, lw=2, label=k) for k, c in OUTCOME_COLORS.items()
                if k in set(t.outcome)]
-    ax.legend(handles=handles, loc="lower right", fontsize=7, title="outcome (Holm)", title_fontsize=7)
-    ax.set_title(title, fontsize=9)
-    fig.tight_layout()
+    plots.legend_below(fig, handles, [h.get_label() for h in handles], ncol=5, title="outcome (Holm)",
+                       title_fontsize=plots.SMALL_PT)
+    ax.set_title(title, fontsize=plots.SMALL_PT + 1)
     return fig
 
 
@@ -53,24 +54,28 @@ def fig_qevict_pareto(ptab: pd.DataFrame, palette: dict, markers: dict):
     """Two views of the three-way trade-off (on-device bytes, recall bytes per step, KL): KL against
     the on-device share (left) and against the recall traffic (right); the points not dominated on
     all three are outlined and joined per panel by their two-way front."""
-    fig, axes = plt.subplots(1, 2, figsize=(8.2, 4.8), sharey=True)
-    views = ((axes[0], "device_frac", "on-device bytes\n(fraction of the full cache, mean over steps)"),
-             (axes[1], "recall_bytes_per_step", "recall traffic per decoding step\n[bytes] (symlog)"))
-    for ax, x, xl in views:
-        for lab, d in ptab.groupby("label"):
-            ax.scatter(d[x], d.kl, color=palette.get(lab, "k"), marker=markers.get(lab, "o"), s=36,
-                       edgecolor=np.where(d.pareto, "k", "none"), linewidth=1.2, label=lab, zorder=3)
-        pts = ptab[[x, "kl"]].values
-
-        fr = ptab[pareto_mask(pts)].sort_values(x)
-        ax.step(fr[x], fr.kl, where="post", color="k", lw=0.8, ls="--", zorder=2)
-        ax.set_xlabel(xl, fontsize=8)
-        ax.set_yscale("log")
-    axes[1].set_xscale("symlog", linthresh=1e3)
-    axes[0].set_ylabel("KL(full ‖ policy) per token [nats],\nmean over documents", fontsize=8)
-    h, lab = axes[0].get_legend_handles_labels()
-    fig.legend(h, lab, loc="lower center", ncol=4, fontsize=7, bbox_to_anchor=(0.5, 0.0))
-    fig.tight_layout(rect=(0, 0.17, 1, 1))
+    labels = list(dict.fromkeys(ptab.label))
+    groups = plots.chunks(labels)
+    fig, axes = plots.subplots(len(groups), 2, height=3.6 * len(groups) + 1.2, squeeze=False, sharey=True)
+    views = (("device_frac", "on-device bytes\n(fraction of the full cache, mean over steps)"),
+             ("recall_bytes_per_step", "recall traffic per decoding step\n[bytes] (symlog)"))
+    for row, group in zip(axes, groups):
+        for ax, (x, xl) in zip(row, views):
+            rest = ptab[~ptab.label.isin(group)]
+            ax.scatter(rest[x], rest.kl, color=plots.GREY, marker=".", s=30, zorder=1)
+            for lab in group:
+                d = ptab[ptab.label == lab]
+                ax.scatter(d[x], d.kl, color=palette.get(lab, "k"), marker=markers.get(lab, "o"), s=36,
+                           edgecolor=np.where(d.pareto, "k", "none"), linewidth=1.2, label=lab, zorder=3)
+            pts = ptab[[x, "kl"]].values
+            fr = ptab[pareto_mask(pts)].sort_values(x)
+            ax.step(fr[x], fr.kl, where="post", color="k", lw=0.8, ls="--", zorder=2)
+            ax.set_xlabel(xl, fontsize=plots.SMALL_PT + 1)
+            ax.set_yscale("log")
+        row[1].set_xscale("symlog", linthresh=1e3)
+        row[0].set_ylabel("KL(full ‖ policy) per token\n[nats], mean over documents",
+                          fontsize=plots.SMALL_PT + 1)
+        row[1].legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=plots.SMALL_PT)
     return fig
 
 
@@ -78,16 +83,18 @@ def fig_qevict_drift_null(drift: pd.DataFrame):
     """Per document, each drift statistic in decoding order against its shuffled-order null."""
     stats = [("miss", "far-pair missed share\n(declared statistic)"), ("global_lir", "Global LIR"),
              ("budget_lir", "budget-relative LIR")]
-    fig, axes = plt.subplots(1, 3, figsize=(8.2, 0.35 * len(drift) + 2.0), sharey=True)
+    fig, axes = plots.subplots(1, 3, height=0.35 * len(drift) + 2.4, sharey=True)
     y = np.arange(len(drift))[::-1]
     for ax, (k, lab) in zip(axes, stats):
         ax.errorbar(drift[f"{k}_null_mean"], y, xerr=2 * drift[f"{k}_null_sd"], fmt="s", color="#999999",
                     ms=4, label="shuffled order (mean ± 2 sd)")
         ax.plot(drift[f"{k}_observed"], y, "o", color="#d95f02", ms=5, label="decoding order")
-        ax.set_xlabel(lab, fontsize=8)
-    axes[0].set_yticks(y, drift.document, fontsize=8)
-    axes[0].legend(fontsize=7, loc="best")
-    fig.tight_layout()
+        ax.set_xlabel(lab, fontsize=plots.SMALL_PT + 1)
+        ax.tick_params(axis="x", labelsize=plots.SMALL_PT)
+        ax.xaxis.set_major_locator(plt.MaxNLocator(3))
+    axes[0].set_yticks(y, drift.document, fontsize=plots.SMALL_PT)
+    handles, labels = axes[0].get_legend_handles_labels()
+    plots.legend_below(fig, handles, labels, ncol=2)
     return fig
 
 
@@ -109,13 +116,14 @@ def genre_kl_ratios(summary: pd.DataFrame, policy: str, baselines, labels: dict)
 def fig_qevict_genres(ratios: pd.DataFrame):
     """Heat map of :func:`genre_kl_ratios` (log2 colour scale, the ratio written in each cell)."""
     t = ratios
-    fig, ax = plt.subplots(figsize=(min(0.55 * t.shape[1] + 2.6, 8.2), 0.5 * t.shape[0] + 2.2))
+    fig, ax = plots.subplots(height=0.5 * t.shape[0] + 2.6, width=min(0.75 * t.shape[1] + 3.0, 7.5))
     sns.heatmap(np.log2(t), annot=t.map("{:.2f}".format), fmt="", cmap="RdBu_r", center=0, ax=ax,
-                cbar_kws={"label": "log2 KL ratio (blue: QEvict better)"}, annot_kws={"fontsize": 7})
+                cbar_kws={"label": "log2 KL ratio (blue: QEvict better)"},
+                annot_kws={"fontsize": plots.SMALL_PT})
     ax.set_xlabel("")
     ax.set_ylabel("")
-    ax.tick_params(axis="x", labelrotation=60, labelsize=7)
-    fig.tight_layout()
+    ax.tick_params(axis="x", labelrotation=60, labelsize=plots.SMALL_PT)
+    ax.tick_params(axis="y", labelsize=plots.SMALL_PT)
     return fig
 
 
@@ -124,41 +132,34 @@ def fig_qevict_long_kl(long_table: pd.DataFrame, palette: dict, markers: dict):
     documents): the committed long-context table (``longview.long_results``) as a figure, whose full
     table the chapter offers as a CSV download."""
     runs = list(dict.fromkeys(long_table.run))
-    n = len(runs)
-    ncol = min(n, 2)
-    nrow = int(np.ceil(n / ncol))
-    below = n % ncol == 0  # the legend below the panels, or in the one left empty
-    size = (8.2 if ncol > 1 else 6.0, 3.6 * nrow + (1.0 if below else 0.2))
-    fig, axes = plt.subplots(nrow, ncol, figsize=size, squeeze=False, sharey=True)
+    labels = list(dict.fromkeys(long_table.label))
+    groups = plots.chunks(labels)
+    nrow, ncol = len(runs), len(groups)
+    fig, axes = plots.subplots(nrow, ncol, height=3.4 * nrow + 1.4, squeeze=False, sharey=True)
     # the book's second cue (plots.LINESTYLES): the k-th policy with a given colour gets line style k
     uses, style = {}, {}
-    for lab in dict.fromkeys(long_table.label):
+    for lab in labels:
         c = matplotlib.colors.to_rgba(palette.get(lab, "k"))
         style[lab] = LINESTYLES[uses.get(c, 0) % len(LINESTYLES)]
         uses[c] = uses.get(c, 0) + 1
-    for ax, run in zip(axes.flat, runs):
+    for row, run in zip(axes, runs):
         d = long_table[long_table.run == run]
-        for lab, g in d.groupby("label", sort=False):
-            g = g.sort_values("budget")
-            ax.plot(g.budget, g.KL, marker=markers.get(lab, "o"), color=palette.get(lab, "k"), ms=4, lw=1,
-                    ls=style[lab], label=lab)
         ctx = int(d.context_tokens.max())
-        ax.set_title(f"{run}\n{d.model.iloc[0]}, {ctx:,} tokens", fontsize=8)
-        ax.set_yscale("log")
-        ax.set_xlabel("budget (fraction of full-cache bytes)", fontsize=8)
-        ax.xaxis.set_major_formatter(plt.FuncFormatter(percent_tick))
-    spare = list(axes.flat)[n:]
-    for ax in spare:
-        ax.axis("off")
-    for row in axes:
-        row[0].set_ylabel("KL(full ‖ policy) per token [nats]", fontsize=8)
-    h, lab = axes[0, 0].get_legend_handles_labels()
-    if not below:
-        spare[0].legend(h, lab, loc="center", ncol=2, fontsize=7, frameon=False)
-        fig.tight_layout()
-    else:
-        fig.legend(h, lab, loc="lower center", ncol=4, fontsize=7, bbox_to_anchor=(0.5, 0.0))
-        fig.tight_layout(rect=(0, 0.9 / (3.6 * nrow + 1.0) + 0.12, 1, 1))
+        for ax, group in zip(row, groups):
+            for lab, g in d.groupby("label", sort=False):
+                g = g.sort_values("budget")
+                if lab in group:
+                    ax.plot(g.budget, g.KL, marker=markers.get(lab, "o"), color=palette.get(lab, "k"), ms=4,
+                            lw=1, ls=style[lab], label=lab, zorder=3)
+                else:
+                    ax.plot(g.budget, g.KL, color=plots.GREY, lw=0.9, zorder=1, label="_nolegend_")
+            ax.set_title(f"{run}\n{d.model.iloc[0]}, {ctx:,} tokens", fontsize=plots.SMALL_PT)
+            ax.set_yscale("log")
+            ax.xaxis.set_major_formatter(plt.FuncFormatter(percent_tick))
+        row[0].set_ylabel("KL(full ‖ policy)\nper token [nats]", fontsize=plots.SMALL_PT + 1)
+    for ax in axes[-1]:
+        ax.set_xlabel("budget (fraction of\nfull-cache bytes)", fontsize=plots.SMALL_PT + 1)
+    plots.legend_below(fig, ncol=3)
     return fig
 
 
@@ -167,7 +168,9 @@ def policy_styles(policies, palette, markers):
     label, markers)``; colours repeat after ``len(palette)`` policies, markers do not."""
     keys = [p for p in policies if p != "full"]
     labels = [POLICY_LABELS[p] for p in keys]
-    colours = dict(zip(labels, list(palette) * 2))
+    # grey is the book's colour for context series and references, never a policy's
+    hues = [c for c in palette if np.ptp(matplotlib.colors.to_rgb(c)) > 0.05] or list(palette)
+    colours = dict(zip(labels, hues * (len(labels) // len(hues) + 1)))
     marks = (list(markers) + ["h", "p", "8", "d"])[:len(labels)]
     return keys, labels, colours, marks
 
@@ -187,7 +190,7 @@ def fig_qevict_heatmap(attn_full: np.ndarray, prefill_tokens: int, window_tokens
                        document: str, cmap: str = "viridis"):
     """log10 attention mass per window and decoding step (:func:`heatmap_frame`)."""
     h = heatmap_frame(attn_full, prefill_tokens, window_tokens, layer)
-    fig, ax = plt.subplots(figsize=(7.6, 4.8))
+    fig, ax = plots.subplots(height=4.8)
     sns.heatmap(np.log10(h.clip(lower=1e-4)), ax=ax, cmap=cmap, vmin=-4, vmax=0,
                 cbar_kws={"label": "log10 attention mass of the window"}, xticklabels=16, yticklabels=4)
     ax.set_xlabel("decoding step")
@@ -200,68 +203,98 @@ def fig_qevict_heatmap(attn_full: np.ndarray, prefill_tokens: int, window_tokens
 def fig_qevict_lir(lir: pd.DataFrame, gap_steps: int, seed: int, colour):
     """Global LIR per layer (left) and the attention mass on re-activated windows (right), mean over
     documents with a 95% bootstrap interval."""
-    fig, axes = plt.subplots(1, 2, figsize=(8.2, 3.6))
+    fig, axes = plots.subplots(1, 2, height=3.8)
     sns.lineplot(data=lir, x="layer", y="lir", ax=axes[0], marker="o", errorbar=("ci", 95), seed=seed)
     axes[0].set_ylabel("Global LIR (fraction re-activated)")
     axes[0].set_ylim(0, 1)
     sns.lineplot(data=lir, x="layer", y="reactivated_mass", ax=axes[1], marker="o", errorbar=("ci", 95),
                  seed=seed, color=colour)
-    axes[1].set_ylabel("attention mass on re-activated windows\n(per step and KV head)")
+    axes[0].set_ylabel("Global LIR\n(fraction re-activated)")
+    axes[1].set_ylabel("attention mass on re-activated\nwindows (per step and KV head)")
     for ax in axes:
         ax.set_xlabel("layer")
-    fig.suptitle(f"Global LIR by layer (L = {gap_steps} steps), mean over documents with 95% CI", fontsize=9)
-    fig.tight_layout()
+        ax.xaxis.set_major_locator(plt.MaxNLocator(6, integer=True))
+    fig.suptitle(f"Global LIR by layer (L = {gap_steps} steps), mean over documents with 95% CI",
+                 fontsize=plots.SMALL_PT + 1)
     return fig
 
 
-def _budget_lines(ax, data, col, order, palette, markers, seed, legend="auto"):
-    sns.lineplot(data=data, x="budget", y=col, hue="label", style="label", hue_order=order, style_order=order,
-                 palette=palette, markers=markers, dashes=False, errorbar=("ci", 95), seed=seed, ax=ax,
-                 legend=legend)
+def _budget_lines(ax, data, col, order, palette, markers, seed, legend="auto", group=None):
+    """Policies of ``group`` (default: all of ``order``) against the budget with 95% intervals; the
+    other policies' means as thin grey lines behind them, without intervals."""
+    group = list(order) if group is None else list(group)
+    rest = data[~data.label.isin(group)]
+    for _, g in rest.groupby("label"):
+        m = g.groupby("budget")[col].mean()
+        ax.plot(m.index, m.values, color=plots.GREY, lw=0.9, zorder=1, label="_nolegend_")
+    mk = dict(zip(order, markers))
+    sub = data[data.label.isin(group)]
+    hue = [o for o in group if o in set(sub.label)]
+    if hue:
+        sns.lineplot(data=sub, x="budget", y=col, hue="label", style="label", hue_order=hue, style_order=hue,
+                     palette=palette, markers=[mk[o] for o in hue], dashes=False, errorbar=("ci", 95),
+                     seed=seed, ax=ax, legend=legend)
     ax.xaxis.set_major_formatter(plt.FuncFormatter(percent_tick))
+
+
+def _policy_groups(data, order):
+    return plots.chunks([o for o in order if o in set(data.label)]) or [list(order)]
 
 
 def fig_qevict_fmm(summary: pd.DataFrame, order, palette, markers, seed: int):
     """Future Missed Mass against the budget, on windows held quantized (left) and on windows not
-    readable (right), per policy with 95% intervals over documents; ``summary`` without the full cache."""
-    fig, axes = plt.subplots(1, 2, figsize=(8.2, 5.0), sharey=True)
-    for ax, col, title in ((axes[0], "fmm_quantized", "held quantized"),
-                           (axes[1], "fmm_evicted", "not readable (evicted / offloaded)")):
-        _budget_lines(ax, summary, col, order, palette, markers, seed)
-        ax.set_title(f"FMM on windows {title}", fontsize=9)
-        ax.set_xlabel("budget (fraction of full-cache bytes)")
-    axes[0].set_ylabel("Future Missed Mass")
-    axes[0].get_legend().remove()
-    handles, labels = axes[1].get_legend_handles_labels()
-    axes[1].get_legend().remove()
-    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, bbox_to_anchor=(0.5, 0.0))
-    fig.tight_layout(rect=(0, 0.2, 1, 1))
+    readable (right), per policy with 95% intervals over documents, at most six policies per row of
+    panels (the others in grey); ``summary`` without the full cache."""
+    groups = _policy_groups(summary, order)
+    fig, axes = plots.subplots(len(groups), 2, height=3.3 * len(groups) + 0.8, squeeze=False, sharey=True,
+                               sharex=True)
+    for row, group in zip(axes, groups):
+        for ax, col, title in ((row[0], "fmm_quantized", "held quantized"),
+                               (row[1], "fmm_evicted", "not readable\n(evicted / offloaded)")):
+            _budget_lines(ax, summary, col, order, palette, markers, seed, group=group)
+            ax.set_title(f"FMM on windows {title}", fontsize=plots.SMALL_PT + 1)
+            ax.set_ylabel("Future Missed Mass")
+            ax.get_legend().remove()
+        row[1].legend(*row[1].get_legend_handles_labels(), loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                      fontsize=plots.SMALL_PT)
+    for ax in axes[-1]:
+        ax.set_xlabel("budget (fraction of\nfull-cache bytes)")
     return fig
 
 
 def fig_qevict_outcomes(summary: pd.DataFrame, order, palette, markers, seed: int):
-    """KL, perplexity change, top-1 agreement and needle accuracy against the budget, per policy;
-    ``summary`` with the full cache, whose needle accuracy is the dotted line."""
+    """KL, perplexity change, top-1 agreement and needle accuracy (rows) against the budget, per policy,
+    at most six policies per column (the others in grey); ``summary`` with the full cache, whose needle
+    accuracy is the dotted line."""
     sp = summary[summary.policy != "full"]
-    fig, axes = plt.subplots(2, 2, figsize=(8.2, 8.0))
-    panels = [("kl", "KL(full ‖ policy) per token [nats]", sp),
-              ("dppl", "perplexity change vs full cache", sp),
-              ("top1", "top-1 agreement with full cache", sp),
-              ("needle_acc", "needle retrieval accuracy", sp[sp.document.str.startswith("needle:")])]
-    for ax, (col, lab, data) in zip(axes.flat, panels):
-        if data[col].notna().any():
-            _budget_lines(ax, data, col, order, palette, markers, seed, legend=(col == "kl"))
-        else:
-            ax.xaxis.set_major_formatter(plt.FuncFormatter(percent_tick))
-        ax.set_ylabel(lab, fontsize=8)
-        ax.set_xlabel("budget (fraction of full-cache bytes)", fontsize=8)
-    axes[0, 0].set_yscale("log")
+    groups = _policy_groups(sp, order)
+    panels = [("kl", "KL(full ‖ policy)\nper token [nats]", sp),
+              ("dppl", "perplexity change\nvs full cache", sp),
+              ("top1", "top-1 agreement\nwith full cache", sp),
+              ("needle_acc", "needle retrieval\naccuracy", sp[sp.document.str.startswith("needle:")])]
+    fig, axes = plots.subplots(len(panels), len(groups), height=2.5 * len(panels) + 1.0, squeeze=False,
+                               sharex=True, sharey="row")
     full_needle = summary[(summary.policy == "full") & summary.document.str.startswith("needle:")].needle_acc
-    axes[1, 1].axhline(full_needle.mean(), color="k", ls=":", lw=1, label="full cache")
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    axes[0, 0].get_legend().remove()
-    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, bbox_to_anchor=(0.5, 0.0))
-    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    for row, (col, lab, data) in zip(axes, panels):
+        for ax, group in zip(row, groups):
+            if data[col].notna().any():
+                _budget_lines(ax, data, col, order, palette, markers, seed, legend=False, group=group)
+            else:
+                ax.xaxis.set_major_formatter(plt.FuncFormatter(percent_tick))
+            ax.set_ylabel("")
+            if col == "needle_acc":
+                ax.axhline(full_needle.mean(), color="k", ls=":", lw=1, label="full cache")
+        row[0].set_ylabel(lab, fontsize=plots.SMALL_PT + 1)
+        if col == "kl":
+            for ax in row:
+                ax.set_yscale("log")
+    for ax, group in zip(axes[0], groups):  # each column's policies in a legend above it
+        handles = [plt.Line2D([], [], color=palette[o], marker=dict(zip(order, markers))[o], lw=1.5, label=o)
+                   for o in group]
+        ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.02), ncol=1,
+                  fontsize=plots.SMALL_PT)
+    for ax in axes[-1]:
+        ax.set_xlabel("budget (fraction of\nfull-cache bytes)", fontsize=plots.SMALL_PT + 1)
     return fig
 
 
@@ -280,14 +313,12 @@ def fig_qevict_main_forest(rule_table: pd.DataFrame, n_units: int):
 def fig_qevict_lir_gain(table: pd.DataFrame, colour):
     """Per document (annotated), the KL gain of recall over MiKV against the document's Global LIR
     (``table``: ``lir`` and ``kl_gain`` by document, from ``metrics.lir_gain_correlation``)."""
-    fig, ax = plt.subplots(figsize=(5.5, 4))
+    fig, ax = plots.subplots(height=4.4, width=6.4)
     ax.scatter(table.lir, table.kl_gain, color=colour)
-    for d, r in table.iterrows():
-        ax.annotate(d, (r.lir, r.kl_gain), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax.axhline(0, color="k", lw=0.6)
     ax.set_xlabel("Global LIR of the document")
     ax.set_ylabel("KL(MiKV) − KL(QEvict-recall) [nats]")
-    fig.tight_layout()
+    plots.place_labels(ax, table.lir.to_numpy(), table.kl_gain.to_numpy(), [str(d) for d in table.index])
     return fig
 
 
@@ -308,14 +339,32 @@ def tier_bytes_long(tier_bytes: pd.DataFrame) -> pd.DataFrame:
 def fig_qevict_tier_bytes(tier_bytes: pd.DataFrame, order, palette):
     """Bytes per token of context held per tier, per policy (panels) and budget (bars)."""
     long = tier_bytes_long(tier_bytes)
-    g = sns.catplot(data=long, x="budget", y="bytes_per_token", hue="tier", col="label", col_wrap=4,
-                    kind="bar", col_order=[o for o in order if o in set(long.label)],
-                    height=1.9, aspect=1.05, palette=list(palette)[:3])
-    g.set_axis_labels("budget", "bytes per token")
-    g.set_titles("{col_name}", size=7)
-    sns.move_legend(g, "lower center", ncol=3, bbox_to_anchor=(0.45, -0.01), frameon=False, title=None)
-    g.figure.subplots_adjust(bottom=0.12)
-    blabels = [f"{b:.0%}" for b in sorted(long.budget.unique())]
-    for ax in g.axes.flat:
-        ax.set_xticks(range(len(blabels)), blabels)
-    return g.figure
+    cols = [o for o in order if o in set(long.label)]
+    nrow, ncol = plots.panel_grid(len(cols), 3)
+    fig, axes = plots.subplots(nrow, ncol, height=2.2 * nrow + 0.8, squeeze=False, sharex=True, sharey=True)
+    budgets = sorted(long.budget.unique())
+    tiers = list(TIER_NAMES.values())
+    w = 0.8 / len(tiers)
+    for ax, lab in zip(axes.flat, cols):
+        d = long[long.label == lab]
+        for k, tier in enumerate(tiers):
+            v = d[d.tier == tier].groupby("budget").bytes_per_token.mean().reindex(budgets)
+            ax.bar(np.arange(len(budgets)) + (k - (len(tiers) - 1) / 2) * w, v.to_numpy(), width=w,
+                   color=list(palette)[k], label=tier)
+        ax.set_title("\n".join(_wrap(lab)), fontsize=plots.SMALL_PT)
+        ax.set_xticks(range(len(budgets)), [f"{b:.0%}" for b in budgets], fontsize=plots.SMALL_PT)
+        ax.tick_params(axis="y", labelsize=plots.SMALL_PT)
+    for ax in list(axes.flat)[len(cols):]:
+        ax.axis("off")
+    for row in axes:
+        row[0].set_ylabel("bytes per token")
+    for ax in axes[-1]:
+        ax.set_xlabel("budget")
+    plots.legend_below(fig, ncol=3)
+    return fig
+
+
+def _wrap(label: str, width: int = 22) -> list:
+    import textwrap
+
+    return textwrap.wrap(label, width) or [label]

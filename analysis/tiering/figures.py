@@ -3,7 +3,8 @@ figure's label (``fig-hit-curve`` -> :func:`fig_hit_curve`), each returning its 
 theme (:mod:`analysis.plots`). The data come from :mod:`analysis.tiering.chapter` and the library."""
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
+import textwrap
+
 import matplotlib.ticker as mticker
 import numpy as np
 import seaborn as sns
@@ -27,7 +28,7 @@ def _bytes(x, _pos):
 def fig_hit_curve(tr, hc, h: dict):
     """Token- and block-weighted LRU hit curves, the sampled policies, the HBM/3M/50M reference lines
     and the infinite-cache bound (``h``: :func:`analysis.tiering.chapter.hit_curve`)."""
-    fig, ax = plt.subplots()
+    fig, ax = plots.subplots(height=4.6)
     ax.plot(h["caps_tok"], h["curve_tok"], color=plots.PALETTE[0], lw=2, label="LRU, token-weighted")
     ax.plot(h["caps_tok"], h["curve_blk"], color=plots.PALETTE[0], lw=1.2, ls="--",
             label="LRU, block-weighted")
@@ -39,14 +40,15 @@ def fig_hit_curve(tr, hc, h: dict):
     for x, lab in ((h["hbm_tok"], "HBM of one instance"), (h["local_dram"], "Mooncake: local DRAM 3M"),
                    (h["sat_pub"], "Mooncake: ~50M")):
         ax.axvline(x, ls=":", color="k", lw=1)
-        ax.annotate(lab, (x, 0.02), rotation=90, fontsize=8, xytext=(3, 0), textcoords="offset points")
+        ax.annotate(lab, (x, 0.02), rotation=90, fontsize=plots.SMALL_PT, xytext=(3, 0),
+                    textcoords="offset points")
     ax.set_xscale("log")
     ax.xaxis.set_major_formatter(mticker.EngFormatter(sep=""))
     ax.yaxis.set_major_formatter(mticker.PercentFormatter(1.0))
     ax.set_xlabel("cache capacity (tokens)")
     ax.set_ylabel("prefix-cache hit rate")
     ax.set_ylim(0, max(0.05, hc.infinite_token_hit_rate * 1.15))
-    ax.legend(loc="upper left", fontsize=8)
+    plots.legend_below(fig, ncol=2)
     return fig
 
 
@@ -54,31 +56,37 @@ def fig_load_vs_recompute(models_grid, gpu: str, tp: int, kv_dtype: str, dep, pr
     """Bandwidth that matches recomputation against prefix length per model, with each tier's
     delivered bandwidth as a horizontal line."""
     prefix = np.unique(np.geomspace(512, 262144, 60).astype(int)) if prefix is None else prefix
-    fig, ax = plt.subplots(figsize=(7.5, 5))
-    for i, m in enumerate(models_grid):
-        bw = lc.breakeven_bandwidth(m, gpu, prefix, n_gpus=tp, kv_dtype=kv_dtype)
-        ax.plot(prefix, bw, color=plots.PALETTE[i % len(plots.PALETTE)],
-                ls=plots.LINESTYLES[(i // len(plots.PALETTE)) % 4],
-                marker=plots.MARKERS[i % len(plots.MARKERS)], markevery=12, ms=4, lw=1.3, label=m)
-    for name, b in tiering.tier_bandwidths(dep).items():
-        ax.axhline(b, ls=":", color="k", lw=0.8)
-        ax.annotate(name, (prefix[-1], b), fontsize=7, ha="right", va="bottom")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.xaxis.set_major_formatter(plots.tokens_formatter())
-    ax.yaxis.set_major_formatter(mticker.FuncFormatter(_bytes_per_s))
-    ax.set_xlabel("prefix length (tokens)")
-    ax.set_ylabel("load bandwidth that matches recompute")
-    ax.legend(fontsize=7, ncol=2, loc="lower left")
+    models_grid = list(models_grid)
+    groups = plots.chunks(models_grid)
+    bws = {m: lc.breakeven_bandwidth(m, gpu, prefix, n_gpus=tp, kv_dtype=kv_dtype) for m in models_grid}
+    tiers = tiering.tier_bandwidths(dep)
+    fig, axes = plots.subplots(len(groups), 1, height=3.4 * len(groups) + 0.6, squeeze=False, sharex=True,
+                               sharey=True)
+    for ax, group in zip(axes[:, 0], groups):
+        if len(groups) > 1:
+            plots.context_lines(ax, prefix, [bws[m] for m in models_grid if m not in group])
+        for i, m in enumerate(group):
+            ax.plot(prefix, bws[m], label=m, **plots.series_style(i, markevery=12, ms=4, lw=1.3))
+        for name, b in tiers.items():
+            ax.axhline(b, ls=":", color="k", lw=0.8, label="_nolegend_")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.xaxis.set_major_formatter(plots.tokens_formatter())
+        ax.yaxis.set_major_formatter(mticker.FuncFormatter(_bytes_per_s))
+        ax.set_ylabel("load bandwidth that\nmatches recompute")
+        ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, fontsize=plots.SMALL_PT)
+    axes[-1, 0].set_xlabel("prefix length (tokens)")
+    for ax in axes[:, 0]:  # each tier's name right of the panel, at its bandwidth (none over the curves)
+        plots.label_right(ax, list(tiers.values()), list(tiers))
     return fig
 
 
 def fig_load_heatmap(piv):
     """Heat map (log colour) of :func:`analysis.tiering.chapter.requirement_pivot` (GB/s), annotated."""
-    fig, ax = plt.subplots(figsize=(8.5, 0.45 * len(piv) + 1.5))
+    fig, ax = plots.subplots(height=0.45 * len(piv) + 1.9)
     annot = piv.map("{:.3g}".format)
     sns.heatmap(np.log10(piv), annot=annot, fmt="", cmap=plots.SEQUENTIAL, ax=ax,
-                cbar_kws={"label": "log10 GB/s"}, annot_kws={"fontsize": 7})
+                cbar_kws={"label": "log10 GB/s"}, annot_kws={"fontsize": plots.SMALL_PT})
     ax.set_xlabel("")
     ax.set_ylabel("")
     ax.set_xticklabels([t.get_text().split("-")[0] for t in ax.get_xticklabels()], rotation=30)
@@ -88,15 +96,14 @@ def fig_load_heatmap(piv):
 def fig_data_path(dep, max_drives: int = 48):
     """Delivered NVMe bandwidth against the number of drives on the two data paths."""
     n_drv = np.arange(1, max_drives + 1)
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plots.subplots(height=4.2)
     for i, path in enumerate(("gpu_direct", "cpu_bounce")):
         bw = [tiering.build_tier("nvme", dep.replace(data_path=path, nvme_drives=int(n))).bandwidth
               for n in n_drv]
-        ax.plot(n_drv, np.asarray(bw) / 1e9, marker=plots.MARKERS[i], ms=4, color=plots.PALETTE[i],
-                label=path.replace("_", " "))
+        ax.plot(n_drv, np.asarray(bw) / 1e9, label=path.replace("_", " "), **plots.series_style(i, ms=4))
     ax.set_xlabel("NVMe Gen5 drives per instance")
     ax.set_ylabel("delivered bandwidth (GB/s)")
-    ax.legend()
+    plots.legend_below(fig)
     return fig
 
 
@@ -104,41 +111,53 @@ def fig_small_reads(dep, unit_bytes: float, bw_eff: float):
     """Random-read bandwidth of one drive of each kind against the read size; a dotted line at the
     recall unit ``unit_bytes``."""
     sizes = np.geomspace(512, 1 << 20, 40)
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plots.subplots(height=4.2)
     for i, (lab, name) in enumerate((("NVMe Gen5 TLC", dep.nvme_name), ("QLC", dep.qlc_name),
                                      ("AI SSD (seed)", dep.ai_ssd_name))):
-        ax.plot(sizes, dpath.random_read_bandwidth(name, sizes, bw_eff=bw_eff) / 1e9, color=plots.PALETTE[i],
-                marker=plots.MARKERS[i], markevery=6, label=lab)
+        ax.plot(sizes, dpath.random_read_bandwidth(name, sizes, bw_eff=bw_eff) / 1e9, label=lab,
+                **plots.series_style(i, markevery=6))
     ax.axvline(unit_bytes, ls=":", color="k", lw=1)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("bytes per random read")
     ax.xaxis.set_major_formatter(mticker.FuncFormatter(_bytes))
     ax.set_ylabel("delivered GB/s per drive")
-    ax.legend(fontsize=8)
+    plots.legend_below(fig)
     return fig
 
 
 def fig_pareto(pp, front, slo_ttft_s: float):
     """Cluster cost against p90 TTFT per configuration and cluster size, the Pareto front circled
     (``pp``, ``front``: :func:`analysis.tiering.chapter.pareto`)."""
-    fig, ax = plt.subplots()
-    for i, (lab, g) in enumerate(pp.groupby("label", sort=False)):
-        ax.plot(g["cluster_usd_per_mtok"], g["ttft_p90_s"], marker=plots.MARKERS[i % len(plots.MARKERS)],
-                color=plots.PALETTE[i % len(plots.PALETTE)], lw=1, ms=5, label=lab)
-    ax.scatter(pp.loc[front, "cluster_usd_per_mtok"], pp.loc[front, "ttft_p90_s"], s=140, facecolors="none",
-               edgecolors="k", lw=1.2, zorder=5, label="Pareto front")
-    ax.axhline(slo_ttft_s, ls="--", color="k", lw=0.8)
-    ax.set_yscale("log")
-    ax.set_xlabel("cluster cost (USD per million input tokens)")
-    ax.set_ylabel("p90 TTFT (s)")
-    ax.legend(fontsize=7)
+    labels = list(dict.fromkeys(pp["label"]))
+    groups = plots.chunks(labels)
+    fig, axes = plots.subplots(len(groups), 1, height=3.4 * len(groups) + 0.6, squeeze=False, sharex=True,
+                               sharey=True)
+    for ax, group in zip(axes[:, 0], groups):
+        for lab, g in pp.groupby("label", sort=False):
+            if lab not in group:
+                ax.plot(g["cluster_usd_per_mtok"], g["ttft_p90_s"], color=plots.GREY, lw=0.9, zorder=1,
+                        label="_nolegend_")
+        for i, lab in enumerate(group):
+            g = pp[pp["label"] == lab]
+            ax.plot(g["cluster_usd_per_mtok"], g["ttft_p90_s"], label=textwrap.fill(lab, 24),
+                    **plots.series_style(i, lw=1))
+        f = pp.loc[front]
+        f = f[f["label"].isin(group)]
+        ax.scatter(f["cluster_usd_per_mtok"], f["ttft_p90_s"], s=140, facecolors="none", edgecolors="k",
+                   lw=1.2, zorder=5, label="Pareto front")
+        ax.axhline(slo_ttft_s, ls="--", color="k", lw=0.8, label="_nolegend_")
+        ax.set_yscale("log")
+        ax.set_ylabel("p90 TTFT (s)")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=plots.SMALL_PT)
+    axes[-1, 0].set_xlabel("cluster cost (USD per million input tokens)")
+    plots.tidy_log_ticks(fig)
     return fig
 
 
 def fig_writes(wr):
     """TB written per tier per hour (bars) and, for the SSD tiers, DWPD used against rated (markers,
     top axis) (``wr``: :func:`analysis.tiering.chapter.write_table`)."""
-    fig, ax = plt.subplots(figsize=(5.6, 4.5))
+    fig, ax = plots.subplots(height=0.5 * len(wr) + 2.4, width=6.4)
     lab = wr["label"].astype(str) + "\n→ " + wr["tier"].astype(str)
     ax.barh(lab, wr["tb_written_per_h"], color=plots.PALETTE[0])
     ax.set_xlabel("TB written per hour (cluster-wide)")
@@ -148,26 +167,34 @@ def fig_writes(wr):
     ax2.scatter(ssd["dwpd_rated"], lab[ssd.index], color="k", marker="|", s=200, label="DWPD rated")
     ax2.set_xscale("log")
     ax2.set_xlabel("drive writes per day (per busy instance)")
-    ax2.legend(fontsize=8, loc="upper right", framealpha=0.9)
+    ax2.grid(False)
+    plots.legend_below(fig, *ax2.get_legend_handles_labels(), ncol=2)
+    plots.tidy_log_ticks(fig)
     return fig
 
 
 def fig_admission(acost):
     """Hit rate and TB written per hour against store capacity for each eviction + admission run
     (``acost``: :func:`analysis.tiering.chapter.admission`'s costs)."""
-    fig, axes = plt.subplots(1, 2, figsize=(9.2, 4))
-    for i, (run, g) in enumerate(acost.groupby("run", sort=False)):
-        kw = dict(marker=plots.MARKERS[i % len(plots.MARKERS)], color=plots.PALETTE[i % len(plots.PALETTE)],
-                  ls=plots.LINESTYLES[(i // len(plots.PALETTE)) % 4], label=run)
-        axes[0].plot(g["capacity (M tokens)"], g["token_hit_rate"], **kw)
-        axes[1].plot(g["capacity (M tokens)"], g["tb_written_per_h"], **kw)
-    for ax in axes:
+    runs = list(dict.fromkeys(acost["run"]))
+    groups = plots.chunks(runs)
+    fig, axes = plots.subplots(len(groups), 2, height=3.3 * len(groups) + 0.4, squeeze=False, sharex=True)
+    for row, group in zip(axes, groups):
+        for run, g in acost.groupby("run", sort=False):
+            if run in group:
+                kw = dict(label=run, **plots.series_style(group.index(run)))
+            else:
+                kw = dict(color=plots.GREY, lw=0.9, zorder=1, label="_nolegend_")
+            row[0].plot(g["capacity (M tokens)"], g["token_hit_rate"], **kw)
+            row[1].plot(g["capacity (M tokens)"], g["tb_written_per_h"], **kw)
+        row[0].yaxis.set_major_formatter(mticker.PercentFormatter(1.0))
+        row[0].set_ylabel("prefix-cache hit rate")
+        row[1].set_ylabel("TB written per hour")
+        row[1].legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=plots.SMALL_PT)
+    for ax in axes.flat:
         ax.set_xscale("log")
+    for ax in axes[-1]:
         ax.set_xlabel("store capacity (M tokens)")
-    axes[0].yaxis.set_major_formatter(mticker.PercentFormatter(1.0))
-    axes[0].set_ylabel("prefix-cache hit rate")
-    axes[1].set_ylabel("TB written per hour")
-    axes[1].legend(fontsize=7)
     return fig
 
 
@@ -175,27 +202,33 @@ def fig_routing(rrows, routing_policies, routing_load_scales):
     """Hit rate against the number of instances per router (solid at the lowest load scale; dashed at
     the highest where it differs) and of the pooled store
     (``rrows``: :func:`analysis.tiering.chapter.routing`)."""
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    ls_lo, ls_hi = min(routing_load_scales), max(routing_load_scales)
-    for i, pol_name in enumerate(routing_policies):
-        for ls_, style in ((ls_lo, "-"), (ls_hi, "--")):
+    scales = sorted(set(routing_load_scales))
+    pooled = rrows[rrows.policy == "pooled store"]
+    at = {ls_: set(rrows.policy[rrows.load_scale == ls_]) for ls_ in scales}
+    panels = [(ls_, [p for p in routing_policies if p in at[ls_]]) for ls_ in scales]
+    panels = [(ls_, pols) for ls_, pols in panels if pols]
+    fig, axes = plots.subplots(1, len(panels), height=4.4, squeeze=False, sharey=True)
+    for ax, (ls_, pols) in zip(axes[0], panels):
+        # the pooled store first, thick and light, so that no router's line hides under it
+        ax.plot(pooled["n_instances"], pooled["token_hit_rate"], color="0.55", lw=5, alpha=0.5, zorder=1,
+                solid_capstyle="round", label="pooled store (RDMA)")
+        for pol_name in pols:
+            i = list(routing_policies).index(pol_name)
             g = rrows[(rrows.policy == pol_name) & (rrows.load_scale == ls_)]
-            if len(g) and (style == "-" or ls_hi != ls_lo):
-                ax.plot(g["n_instances"], g["token_hit_rate"], ls=style, marker=plots.MARKERS[i],
-                        color=plots.PALETTE[i], label=f"{pol_name} (load ×{ls_:g})")
-    g = rrows[rrows.policy == "pooled store"]
-    ax.plot(g["n_instances"], g["token_hit_rate"], color="k", lw=2, marker="s", label="pooled store (RDMA)")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("instances N")
-    ax.yaxis.set_major_formatter(mticker.PercentFormatter(1.0))
-    ax.set_ylabel("prefix-cache hit rate")
-    ax.legend(fontsize=7)
+            ax.plot(g["n_instances"], g["token_hit_rate"], zorder=3, label=pol_name,
+                    **plots.series_style(i, ms=6 - i * 0.6))
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("instances N")
+        ax.set_title(f"load ×{ls_:g}", fontsize=plots.SMALL_PT + 2)
+        ax.yaxis.set_major_formatter(mticker.PercentFormatter(1.0))
+    axes[0, 0].set_ylabel("prefix-cache hit rate")
+    plots.legend_below(fig, ncol=3)
     return fig
 
 
 def _delta_map(delta, xticks, yticks, figsize, contour_always: bool):
     """A diverging map of cost differences centred on zero, with the break-even contour."""
-    fig, ax = plt.subplots(figsize=figsize)
+    fig, ax = plots.subplots(height=figsize[1], width=figsize[0])
     lo, hi = float(np.nanmin(delta)), float(np.nanmax(delta))
     norm = TwoSlopeNorm(vcenter=0.0, vmin=min(lo, -1e-9), vmax=max(hi, 1e-9))
     nx, ny = len(xticks), len(yticks)
@@ -203,7 +236,8 @@ def _delta_map(delta, xticks, yticks, figsize, contour_always: bool):
                        shading="flat")
     if contour_always or lo < 0 < hi:
         ax.contour(np.arange(nx) + 0.5, np.arange(ny) + 0.5, delta, levels=[0.0], colors="k", linewidths=1.5)
-    ax.set_xticks(np.arange(nx) + 0.5, [f"{p:g}" for p in xticks], rotation=45)
+    step = max(1, -(-nx // 10))  # at most ten price labels, upright (no two overlap)
+    ax.set_xticks(np.arange(nx) + 0.5, [f"{p:g}" if k % step == 0 else "" for k, p in enumerate(xticks)])
     ax.set_yticks(np.arange(ny) + 0.5, [f"{b:g}" for b in yticks])
     ax.set_xlabel("SSD price (USD/TB)")
     fig.colorbar(im, ax=ax, label="Δ USD per million input tokens (SSD tier − DRAM only)")
@@ -230,7 +264,7 @@ def fig_tornado(torn, base: float, tornado_config: str):
     """Busy cost at each input's low and high value around the default ``base``, largest swing on top
     (``torn``: :func:`analysis.tiering.replay.tornado`)."""
     rows = list(reversed(torn))
-    fig, ax = plt.subplots(figsize=(4.5, 0.42 * len(rows) + 1.2))
+    fig, ax = plots.subplots(height=0.42 * len(rows) + 1.8, width=6.0)
     y = np.arange(len(rows))
     ax.barh(y, [r["cost_low"] - base for r in rows], left=base, color=plots.PALETTE[0], label="low value")
     ax.barh(y, [r["cost_high"] - base for r in rows], left=base, color=plots.PALETTE[3], alpha=0.8,
@@ -238,5 +272,5 @@ def fig_tornado(torn, base: float, tornado_config: str):
     ax.axvline(base, color="k", lw=1)
     ax.set_yticks(y, [r["input"] for r in rows])
     ax.set_xlabel(f"busy cost, USD per million input tokens ({tiering.CONFIGS[tornado_config][0]})")
-    ax.legend(fontsize=8, loc="lower right")
+    plots.legend_below(fig, ncol=2)
     return fig
