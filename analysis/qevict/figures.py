@@ -2,6 +2,8 @@
 (label ``fig-qevict-fmm`` -> :func:`fig_qevict_fmm`); each returns the matplotlib Figure."""
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
@@ -365,6 +367,5 @@ def fig_qevict_tier_bytes(tier_bytes: pd.DataFrame, order, palette):
 
 
 def _wrap(label: str, width: int = 22) -> list:
-    import textwrap
 
     return textwrap.wrap(label, width) or [label]
