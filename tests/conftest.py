@@ -30,14 +30,15 @@ def _chapter_seconds() -> dict:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Every test that uses the ``browser`` fixture (headless Chromium) is marked ``browser``: make test
-    installs Chromium and runs them; make unit deselects them.
+    """Every test that uses the ``browser`` fixture (headless Chromium) or reads the built book (``site``)
+    is marked ``browser``: make test builds the book, installs Chromium and runs them; make unit
+    deselects them.
 
     The chapter executions (``notebook``) go first, longest chapter first, so that pytest-xdist's
     workers start them early and share out the short tests around them (the order of the others is
     kept)."""
     for item in items:
-        if "browser" in getattr(item, "fixturenames", ()):
+        if {"browser", "site"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.browser)
     notebooks = [it for it in items if it.get_closest_marker("notebook")]
     if notebooks:
