@@ -23,9 +23,18 @@ that must all hold) gets the worst of its components' verdicts; a component may 
 ``comparison`` (a range is an ``at_least`` and an ``at_most`` component on the same value).
 
 Robustness: each rule declares the assumptions that move its verdict most (``sensitivity``: name, low
-and high end, and why). :func:`evaluate` recomputes the value at each end through a callable the
-chapter passes (``recompute(name, value) -> computed``) and labels the verdict *robust* (the same at
-every end) or *fragile* (naming the assumption and the value that flips it).
+and high end, or ``alternatives`` for a categorical assumption, and why; no end equal to the default)
+and names the one that moves its value most (``largest_driver``: name, why). :func:`evaluate`
+recomputes the value at each end through a callable the chapter passes (``recompute(name, value) ->
+computed``: a recomputation through the chapter's package code, never a slice of the default run) and
+labels the verdict *robust* (the same at every end) or *fragile* (naming the assumption and the value
+that flips it).
+
+Settings: a reference belongs to the setting its figure was published for (``by`` + ``keys``: one
+figure per setting; ``setting``: the one setting a figure or declared threshold belongs to, e.g. the
+context of a published speed-up or the grid a share threshold was declared on). A rerun in another
+setting is *not testable: no published figure for this setting*, never compared with another
+setting's number.
 
 Amendments: a rule changed after its value was first computed keeps the change in its ``amendments``
 list (date, commit, ``old`` and ``new`` rule fields, reason; tests/test_claims_history.py checks the
@@ -129,9 +138,49 @@ def check_rule(cid: str, c: dict) -> None:
         if "tolerance" not in comp and "tolerance" not in c:
             raise ClaimError(f"{where} lacks 'tolerance'")
     for s in c.get("sensitivity") or []:
-        if not {"name", "low", "high", "why"} <= set(s):
-            raise ClaimError(f"{where}: each sensitivity entry needs name, low, high and why")
+        if not ({"name", "why"} <= set(s) and ({"low", "high"} <= set(s) or s.get("alternatives"))):
+            raise ClaimError(f"{where}: each sensitivity entry needs name, why and its ends: low and high, "
+                             f"or 'alternatives' (the other readings of a categorical assumption)")
     _check_history(where, c)
+
+
+def robustness_problems(cid: str, c: Mapping) -> list[str]:
+    """What keeps a declared rule's robustness from meaning something (empty when nothing): a testable
+    claim must name its largest driver (``largest_driver``: name of one of its sensitivity entries, and
+    why), and every sensitivity entry must declare its default and ends that differ from it (an end at
+    the default recomputes nothing)."""
+    if c.get("comparison") == "not_testable":
+        return []
+    out = []
+    sens = c.get("sensitivity") or []
+    drv = c.get("largest_driver")
+    if not isinstance(drv, Mapping) or not {"name", "why"} <= set(drv):
+        out.append(f"{cid}: no 'largest_driver' (name of the sensitivity entry that moves the value most, "
+                   f"and why)")
+    elif drv["name"] not in {s["name"] for s in sens}:
+        out.append(f"{cid}: largest_driver {drv['name']!r} is not one of its sensitivity entries")
+    for s in sens:
+        if "default" not in s:
+            out.append(f"{cid}: sensitivity {s['name']!r} does not declare its default")
+        elif any(_same(e, s["default"]) for e in ends(s)):
+            out.append(f"{cid}: sensitivity {s['name']!r} has an end equal to its default ({s['default']!r})")
+    return out
+
+
+def _same(a, b) -> bool:
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return str(a) == str(b)
+
+
+def ends(s: Mapping) -> list:
+    """The values a sensitivity entry is recomputed at: its ``low`` and ``high`` ends, or its
+    ``alternatives`` (the other readings of a categorical assumption, or the values on the one side of
+    a default that sits at the edge of its range)."""
+    if s.get("alternatives"):
+        return list(s["alternatives"])
+    return [s["low"], s["high"]]
 
 
 def _check_history(where: str, c: dict) -> None:
@@ -184,6 +233,10 @@ def reference(comp: dict, setting: Mapping | None = None) -> tuple[float | None,
     """The reference value of a rule (or component) in a setting, and where it comes from."""
     ref = comp["reference"]
     scale = float(ref.get("scale", 1.0))
+    for k, want in (ref.get("setting") or {}).items():  # the setting the figure or threshold belongs to
+        val = (setting or {}).get(k, want)
+        if not _same(val, want):
+            return None, f"no published figure for this setting ({k} {val!r}; the figure is for {want!r})"
     if "value" in ref:
         return float(ref["value"]) * scale, "declared threshold"
     key = ref.get("published")
@@ -406,8 +459,7 @@ def evaluate(claim_id: str, computed, setting: Mapping | None = None,
         return out
     unassessed = []
     for s in sens:
-        for end in ("low", "high"):
-            val = s[end]
+        for val in ends(s):
             v2, _, _ = _verdict(c, recompute(s["name"], val), setting)
             if v2 == NOT_TESTABLE:  # the value could not be recomputed there: say so, do not call it a flip
                 unassessed.append(f"{s['name']} = {_fmt_value(val)}")
@@ -415,8 +467,9 @@ def evaluate(claim_id: str, computed, setting: Mapping | None = None,
                 out.flips.append((s["name"], val, v2))
     # "robust to" names only the assumptions recomputed at one end at least
     names = ", ".join(dict.fromkeys(s["name"] for s in sens
-                                    if sum(u.startswith(s["name"] + " = ") for u in unassessed) < 2))
-    if len(unassessed) == 2 * len(sens):
+                                    if sum(u.startswith(s["name"] + " = ") for u in unassessed)
+                                    < len(ends(s))))
+    if len(unassessed) == sum(len(ends(s)) for s in sens):
         out.robustness = f"robustness not assessed: no value at {', '.join(unassessed)}"
         return out
     if not out.flips:
