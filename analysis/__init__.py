@@ -41,7 +41,8 @@ every import (function-local ones too) and every module name written in a string
 4. **chapters**: chapter 1's ``kv_*`` modules, :mod:`.tiering`, :mod:`.disagg`, :mod:`.qevict`; none
    imports another.
 5. **composition**: :mod:`.compose` (chapter 5) imports the chapters' public functions.
-6. **tools**: :mod:`.build` (``make book``), :mod:`.rerun` (``python -m analysis.rerun``),
+6. **tools**: :mod:`.build` (``make book``), :mod:`.execute` (the pages run in parallel into the
+   execution cache before Sphinx reads them), :mod:`.rerun` (``python -m analysis.rerun``),
    :mod:`.chapters` (which module holds each chapter's schema, by name), :mod:`.glued` (every glued
    value recorded and compared); ``python -m analysis.data --fetch-all`` (``make data``).
 

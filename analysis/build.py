@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import deps
+from . import deps, execute
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILD = REPO_ROOT / "_build"
@@ -199,11 +199,29 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m analysis.build", description=__doc__.split("\n\n")[0])
     ap.add_argument("--builder", default="html", help="html (default) or linkcheck")
     ap.add_argument("--no-strict", action="store_true", help="do not treat warnings as errors")
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="processes executing pages before Sphinx reads them (default: KVBOOK_BUILD_JOBS "
+                         "or the machine's cores, at most 4; 1: Sphinx executes them one by one)")
     a = ap.parse_args(argv)
+    jobs = a.jobs if a.jobs is not None else execute.default_jobs()
+    if jobs < 1:
+        ap.error(f"--jobs must be at least 1, got {jobs}")
     print("execution cache (per page: its analysis/ modules and data files):")
     invalidate()
     if REPORTS.exists():
         shutil.rmtree(REPORTS)  # reports of earlier builds would be mistaken for this one's
+    if a.builder == "html" and jobs > 1:
+        # the pages the cache lacks run in parallel now; Sphinx then reads every page from the cache
+        failed = execute.preexecute(pages(), JCACHE, jobs=jobs)
+        if failed:
+            for path, tb in failed.items():
+                rep = REPORTS / (_rel(Path(path)).rsplit(".", 1)[0] + ".err.log")
+                rep.parent.mkdir(parents=True, exist_ok=True)
+                rep.write_text(tb)
+            print_failures(failure_reports())
+            print("the book was not rendered: fix the failed page(s) above and run `make book` again "
+                  "(pages that executed are cached and will not run again)")
+            return 1
     exe = Path(sys.executable).with_name("jupyter-book")
     cmd = [str(exe), "build", str(REPO_ROOT), "--builder", a.builder]
     if not a.no_strict:

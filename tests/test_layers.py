@@ -17,7 +17,7 @@ Layers, bottom to top (a module may import from its own layer and the layers bel
 4. ``chapters``: one unit per chapter (chapter 1's top-level ``kv_*`` modules, :mod:`analysis.tiering`,
    :mod:`analysis.disagg`, :mod:`analysis.qevict`); a unit imports no other unit.
 5. ``composition``: :mod:`analysis.compose` (chapter 5) imports the chapters' units.
-6. ``tools``: :mod:`analysis.build`, :mod:`analysis.rerun`, :mod:`analysis.chapters` (the table of
+6. ``tools``: :mod:`analysis.build`, :mod:`analysis.execute`, :mod:`analysis.rerun`, :mod:`analysis.chapters` (the table of
    chapter schemas by module name), :mod:`analysis.glued`: they may import anything below them.
 
 A new module must be placed in :data:`LAYERS` (the test names any that is not).
@@ -49,7 +49,7 @@ LAYERS = [
         "analysis.tiering": "chapter 2", "analysis.disagg": "chapter 3", "analysis.qevict": "chapter 4"}),
     ("composition", True, {"analysis.compose": "chapter 5"}),
     ("tools", True, {m: m for m in (
-        "analysis.build", "analysis.rerun", "analysis.chapters", "analysis.glued")}),
+        "analysis.build", "analysis.execute", "analysis.rerun", "analysis.chapters", "analysis.glued")}),
 ]
 # modules that import no other module of ``analysis``
 STANDALONE = {"analysis.params"}
