@@ -9,7 +9,11 @@ A chapter reads an artifact with :func:`read_artifact`; it is **stale** when the
 any module it depends on hashes differently from what it was computed with, or when a table no
 longer matches its recorded sha256 (edited by hand).  The chapter shows the flag;
 ``tests/test_artifacts.py`` fails on a stale artifact.  Writing is atomic: the folder is built as
-``results/<name>.partial`` and replaces the old one only when complete.
+``results/<name>.partial-XXXX`` and replaces the old one only when complete (the old one is renamed
+aside to ``<name>.old-XXXX`` first and removed after: an interruption never leaves a mix of the two,
+nor a half-written table at ``results/<name>/``). :func:`atomic_write` writes one file the same way
+(a complete temporary file in the same folder, then a rename); the sweeps' ``results.csv`` and the
+build's keys use it.
 """
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ import os
 import platform
 import shutil
 import subprocess
+import tempfile
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,6 +98,58 @@ def machine_info() -> dict:
                 python=platform.python_version(), loadavg=list(load) if load else None)
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()
+_FILE_MODE, _DIR_MODE = 0o666 & ~_UMASK, 0o777 & ~_UMASK  # what open() and mkdir() give (mkstemp: 0600)
+
+
+def atomic_write(path, data=None, *, write=None) -> Path:
+    """Write ``path`` whole or not at all: ``data`` (str or bytes), or ``write(tmp_path)`` for a writer
+    that takes a path (``df.to_csv``), goes to a temporary file beside ``path`` that replaces it by a
+    rename only once complete. An exception (or Ctrl-C) mid-write leaves the old ``path`` as it was and
+    no temporary file behind."""
+    path = Path(path)
+    if (data is None) == (write is None):
+        raise TypeError("atomic_write(path, data) or atomic_write(path, write=fn)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.chmod(tmp, path.stat().st_mode & 0o7777 if path.exists() else _FILE_MODE)
+        if write is None:
+            with os.fdopen(fd, "wb" if isinstance(data, (bytes, bytearray)) else "w") as fh:
+                fh.write(data)
+        else:
+            os.close(fd)
+            write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def replace_dir(src: Path, dst: Path) -> None:
+    """Put the complete folder ``src`` at ``dst``: an existing ``dst`` is renamed aside first
+    (``<dst>.old-XXXX``) and removed after, so ``dst`` never holds a mix of the two."""
+    old = None
+    if dst.exists():
+        old = dst.with_name(f"{dst.name}.old-{uuid.uuid4().hex[:8]}")
+        dst.rename(old)
+    try:
+        os.replace(src, dst)
+    except BaseException:  # interrupted between the two renames: the old folder goes back
+        if old is not None and not dst.exists():
+            old.rename(dst)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
 def _sha_file(p: Path) -> str:
     return hashlib.sha256(p.read_bytes()).hexdigest()
 
@@ -104,10 +162,11 @@ def write_artifact(name: str, tables: dict, *, modules, command: str, wall_secon
     if not tables:
         raise ValueError("an artifact needs at least one table")
     root = results_dir()
-    final, tmp = root / name, root / f"{name}.partial"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / name
+    shutil.rmtree(root / f"{name}.partial", ignore_errors=True)  # left by an older, interrupted write
+    tmp = Path(tempfile.mkdtemp(prefix=f"{name}.partial-", dir=root))  # never shared by two writers
+    tmp.chmod(_DIR_MODE)
     try:
         shas = {}
         for t, df in tables.items():
@@ -122,9 +181,7 @@ def write_artifact(name: str, tables: dict, *, modules, command: str, wall_secon
             machine=machine_info(), command=command, wall_seconds=round(float(wall_seconds), 1),
             params=params or {}, tables=shas, notes=notes, **(extra or {}))
         (tmp / "provenance.json").write_text(json.dumps(prov, indent=1, default=str) + "\n")
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        replace_dir(tmp, final)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)

@@ -10,10 +10,18 @@ A single run writes ``runs/<chapter>/<run-id>/`` holding the executed notebook, 
 error included), rewritten as each run finishes. Every parameter of every run is validated before
 anything executes; duplicate points of a sweep run once. A run is written to a temporary directory
 of its own (``<run-id>.partial-XXXX``) and renamed only when complete; a failed run is renamed
-``<run-id>.failed`` with ``error.txt``, so no directory looks complete unless it is. Each
+``<run-id>.failed`` with ``error.txt``, so no directory looks complete unless it is. A run holds a
+lock on ``.owner`` in its temporary directory while it runs; the lock dies with its process, so a
+temporary directory whose lock is free was left by a crash (a killed process, a lost Dask worker,
+whose run Dask reschedules on another worker): a sweep removes such directories when it starts and
+when it finishes, and reports them (printed, and in ``summary.json`` beside ``results.csv``). Each
 ``result.csv`` records the code hash and data hash of the chapter (:mod:`analysis.deps`), the commit
 and the date; when a run fails, an earlier successful result of the same run id is moved to
 ``<run-id>.stale`` with ``STALE.txt`` saying why, so it cannot be mistaken for the current one.
+``results.csv``, ``summary.json`` and ``STALE.txt`` are written whole or not at all
+(:func:`analysis.artifacts.atomic_write`). ``--resume`` reruns a sweep keeping each finished run whose
+``result.csv`` holds the chapter's current code hash and data hash, and executes the others (missing,
+failed, or computed with other code or data), saying which.
 
 Sweep file format (YAML)::
 
@@ -29,12 +37,14 @@ Sweep file format (YAML)::
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import itertools
 import json
 import multiprocessing as mp
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -53,6 +63,7 @@ from tqdm.auto import tqdm
 from . import chapters as _chapters
 from . import deps
 from . import params as _params
+from .artifacts import atomic_write
 from .report import glued_values
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -154,14 +165,24 @@ def execute(chapter, overrides: dict, out_dir, *, kernel: str = "python3", timeo
     """Execute one chapter with ``overrides`` into ``out_dir/<run-id>``; returns the result row.
 
     Never raises for a failure inside the notebook: the row has ``status='failed'`` and ``error``."""
-    import papermill as pm  # optional heavy dependency
-
     path, overrides = prepare(chapter, overrides)
     rid = run_id(path.stem, overrides)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    final, failed, stale = out_dir / rid, out_dir / f"{rid}.failed", out_dir / f"{rid}.stale"
     partial = Path(tempfile.mkdtemp(prefix=f"{rid}.partial-", dir=out_dir))  # never shared by two runs
+    owner = _hold_partial(partial)
+    try:
+        return _execute_in(path, overrides, rid, partial, out_dir, kernel=kernel, timeout_s=timeout_s,
+                           progress=progress)
+    finally:
+        owner.close()  # the lock ends here (or with the process, if it is killed)
+
+
+def _execute_in(path: Path, overrides: dict, rid: str, partial: Path, out_dir: Path, *, kernel: str,
+                timeout_s: int, progress: bool) -> dict:
+    import papermill as pm  # optional heavy dependency
+
+    final, failed, stale = out_dir / rid, out_dir / f"{rid}.failed", out_dir / f"{rid}.stale"
     prov = provenance(path)
     row = {"run_id": rid, "chapter": path.name, **{f"param.{k}": v for k, v in overrides.items()}, **prov}
     (partial / "params.json").write_text(
@@ -188,6 +209,7 @@ def execute(chapter, overrides: dict, out_dir, *, kernel: str = "python3", timeo
         row.update(status="ok", error="", seconds=round(time.perf_counter() - t0, 2))
         row.update({f"glue.{k}": v for k, v in values.items()})
         _write_row(partial / "result.csv", row)
+        (partial / OWNER).unlink()  # complete: nothing of the lock goes with it (its fd is kept)
         _replace_dir(partial, final)
         for d in (failed, stale):  # an older failure or stale result no longer describes this run
             shutil.rmtree(d, ignore_errors=True)
@@ -196,16 +218,83 @@ def execute(chapter, overrides: dict, out_dir, *, kernel: str = "python3", timeo
         msg = _short_error(exc)
         row.update(status="failed", error=msg, seconds=round(time.perf_counter() - t0, 2))
         (partial / "error.txt").write_text(msg + "\n\n" + traceback.format_exc())
+        (partial / OWNER).unlink(missing_ok=True)
         _replace_dir(partial, failed)
         row["path"] = str(failed)
         if final.exists():  # an earlier success must not look current: move it aside, say why
             _replace_dir(final, stale)
-            (stale / "STALE.txt").write_text(
+            atomic_write(stale / "STALE.txt", (
                 f"Superseded: a later run of these parameters failed on {row['date']} (code hash "
                 f"{row['code_hash']}, data hash {row['data_hash']}, commit {row['commit'] or '?'}): "
-                f"see ../{failed.name}/error.txt. This result.csv is from an earlier run.\n")
+                f"see ../{failed.name}/error.txt. This result.csv is from an earlier run.\n"))
             row["stale"] = str(stale)
     return row
+
+
+OWNER = ".owner"  # in a run's temporary directory: locked by the process running it
+PARTIAL_GRACE_S = 3600  # a temporary directory without an owner file (older code) is stale after this
+
+
+def _hold_partial(partial: Path):
+    """Lock ``partial/.owner`` for as long as the returned file stays open (the lock is released by
+    the operating system when the process dies, however it dies)."""
+    fh = open(partial / OWNER, "a+")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        pass  # a file system without locks: the directory's age decides (PARTIAL_GRACE_S)
+    fh.write(json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
+                         "started": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}) + "\n")
+    fh.flush()
+    return fh
+
+
+def _is_abandoned(partial: Path, now: float) -> bool:
+    """Whether no live process is writing the temporary directory ``partial``."""
+    owner = partial / OWNER
+    try:
+        fh = open(owner, "r")
+    except FileNotFoundError:
+        try:
+            return now - partial.stat().st_mtime > PARTIAL_GRACE_S
+        except FileNotFoundError:
+            return False  # renamed to its final name meanwhile
+    with fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # its run is alive
+        except OSError:
+            return now - owner.stat().st_mtime > PARTIAL_GRACE_S
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        return True
+
+
+def clean_partials(out_dir) -> list[str]:
+    """Remove what crashed runs left in ``out_dir``: temporary run directories (``*.partial-*``) no
+    live process holds, leftovers of an interrupted replacement (``*.old-*``) and temporary files of
+    an interrupted table write older than a minute. Returns the names removed (sorted)."""
+    out_dir = Path(out_dir)
+    if not out_dir.is_dir():
+        return []
+    now, removed = time.time(), []
+    for p in sorted(out_dir.iterdir()):
+        if p.is_dir() and ".partial-" in p.name:
+            stale = _is_abandoned(p, now)
+        elif p.is_dir() and ".old-" in p.name:
+            stale = True
+        elif p.is_file() and p.name.startswith(".") and p.name.endswith(".tmp"):
+            stale = now - p.stat().st_mtime > 60
+        else:
+            continue
+        if stale:
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+            if not p.exists():
+                removed.append(p.name)
+    return removed
 
 
 def _short_error(exc: Exception) -> str:
@@ -281,23 +370,56 @@ def _crashed_row(task, exc) -> dict:
 def _write_results(rows: list[dict], order: dict, out_dir: Path):
     """Write ``results.csv`` atomically, rows in the sweep's order (called as each run finishes)."""
     df = pd.DataFrame(sorted(rows, key=lambda r: order.get(r["run_id"], 0)))
-    tmp = out_dir / f".results.csv.{os.getpid()}.tmp"
-    df.to_csv(tmp, index=False)
-    tmp.replace(out_dir / "results.csv")
+    atomic_write(out_dir / "results.csv", write=lambda tmp: df.to_csv(tmp, index=False))
     return df
 
 
+def _finished(out_dir: Path, rid: str, prov: dict) -> dict | None:
+    """The result row of a finished run ``rid`` if it was computed with the current code and data
+    (``prov``), else None."""
+    f = out_dir / rid / "result.csv"
+    try:
+        row = pd.read_csv(f).iloc[0].to_dict()
+    except (OSError, ValueError, IndexError, pd.errors.EmptyDataError):
+        return None
+    if row.get("status") != "ok" or any(str(row.get(k)) != prov[k] for k in ("code_hash", "data_hash")):
+        return None
+    row["path"] = str(out_dir / rid)
+    return row
+
+
 def run_sweep(file, *, jobs: int = 2, out_root=DEFAULT_OUT, dask: str | None = None, kernel: str = "python3",
-              timeout_s: int = 3600, progress: bool = True):
+              timeout_s: int = 3600, progress: bool = True, resume: bool = False):
     """Run every distinct point of a sweep; returns the results table (pandas DataFrame), which is
     also written to ``<out_root>/<sweep>/results.csv`` after each finished run (a crash loses nothing
-    that finished; a crashed worker's run is a failed row)."""
+    that finished; a crashed worker's run is a failed row). ``resume``: keep each finished run whose
+    result holds the current code and data hashes instead of executing it again. Temporary
+    directories of crashed runs are removed when the sweep starts and when it ends; what was removed
+    and kept is in ``df.attrs["summary"]`` and ``summary.json``."""
     path, name, points = load_sweep(file)
     out_dir = Path(out_root) / name
     out_dir.mkdir(parents=True, exist_ok=True)
-    tasks = [(str(path), p, str(out_dir), kernel, timeout_s) for p in points]
+    summary = {"sweep": name, "chapter": path.name, "runs": len(points),
+               "started": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+               "removed_before": clean_partials(out_dir)}
+    _report_removed(summary["removed_before"], "before the sweep", progress)
     order = {run_id(path.stem, prepare(path, p)[1]): i for i, p in enumerate(points)}
     rows: list[dict] = []
+    if resume:
+        prov = provenance(path)
+        kept = {}
+        for p in points:
+            row = _finished(out_dir, run_id(path.stem, prepare(path, p)[1]), prov)
+            if row is not None:
+                kept[row["run_id"]] = row
+        points = [p for p in points if run_id(path.stem, prepare(path, p)[1]) not in kept]
+        rows += kept.values()
+        summary["resumed"] = sorted(kept)
+        if progress:
+            print(f"{name}: {len(kept)} finished run(s) kept (current code and data), {len(points)} to run",
+                  file=sys.stderr)
+    tasks = [(str(path), p, str(out_dir), kernel, timeout_s) for p in points]
+    summary["executed"] = sorted(run_id(path.stem, prepare(path, p)[1]) for p in points)
     bar = tqdm(total=len(tasks), desc=name, unit="run", disable=not progress, file=sys.stderr)
 
     def done(task, get):
@@ -325,7 +447,21 @@ def run_sweep(file, *, jobs: int = 2, out_root=DEFAULT_OUT, dask: str | None = N
             for fut in cf_completed(futs):
                 done(futs[fut], fut.result)
     bar.close()
-    return _write_results(rows, order, out_dir)
+    df = _write_results(rows, order, out_dir)
+    summary["removed_after"] = clean_partials(out_dir)
+    _report_removed(summary["removed_after"], "after the sweep", progress)
+    summary.update(finished=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                   ok=int((df["status"] == "ok").sum()) if len(df) else 0,
+                   failed=int((df["status"] != "ok").sum()) if len(df) else 0)
+    atomic_write(out_dir / "summary.json", json.dumps(summary, indent=1) + "\n")
+    df.attrs["summary"] = summary
+    return df
+
+
+def _report_removed(names: list[str], when: str, progress: bool) -> None:
+    if names and progress:
+        print(f"removed {len(names)} temporary director(ies) or file(s) left by crashed runs {when} "
+              f"(their runs are executed again or were rescheduled): {', '.join(names)}", file=sys.stderr)
 
 
 # --------------------------------------------------------------------------------------------- CLI
@@ -347,6 +483,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sweep", help="sweep file (YAML), e.g. sweeps/kv_footprint_grid.yaml")
     ap.add_argument("--jobs", type=int, default=2, help="parallel local runs for a sweep (default 2)")
     ap.add_argument("--dask", metavar="ADDRESS", help="run a sweep on a Dask cluster, e.g. tcp://HOST:8786")
+    ap.add_argument("--resume", action="store_true",
+                    help="sweep: keep finished runs computed with the current code and data, run the rest")
     ap.add_argument("--out", default=str(DEFAULT_OUT), help="output root (default runs/)")
     ap.add_argument("--kernel", default="python3")
     ap.add_argument("--timeout", type=int, default=3600, help="per-cell timeout in seconds")
@@ -359,7 +497,7 @@ def main(argv=None) -> int:
             if a.jobs < 1:
                 raise RerunError("--jobs must be >= 1")
             df = run_sweep(a.sweep, jobs=a.jobs, out_root=a.out, dask=a.dask, kernel=a.kernel,
-                           timeout_s=a.timeout)
+                           timeout_s=a.timeout, resume=a.resume)
             failed = df[df["status"] != "ok"]
             out = Path(a.out) / load_sweep(a.sweep)[1] / "results.csv"
             print(f"{len(df) - len(failed)} of {len(df)} runs succeeded; results table: {out}")
