@@ -86,16 +86,28 @@ def n_kv_heavier(models, context_tokens: int, batch: int, dtype: str, weight_dty
                for m in models)
 
 
-def _llama70b_kv(per_tok, name, kb):
-    return per_tok / kb
+def kv_per_token_kb(model: str, dtype: str, _name=None, bytes_per_kb=1024) -> float:
+    """KV bytes per token of ``model`` in ``dtype``, counted from its configuration, in KB of
+    ``bytes_per_kb`` bytes (the ``recompute`` of ``ch1_llama70b_kv``: ``(name, bytes per KB)``)."""
+    return float(kv.kv_bytes_per_token(model, dtype)) / float(bytes_per_kb)
 
 
-def _at_context(red_at, name, c):
-    return red_at[c]
+def kv_reduction(model: str, dtype: str, _name, context_tokens) -> float:
+    """1 - KV bytes of ``model`` / the same model with full attention on every layer, at
+    ``context_tokens`` (the ``recompute`` of ``ch1_kimi_linear_kv``: ``(name, context_tokens)``)."""
+    c = int(context_tokens)
+    return float(1 - kv.kv_bytes(model, c, 1, dtype) / kv.kv_bytes_if_all_full(model, c, 1, dtype))
 
 
-def _moba_recompute(bound, sparsity, name, val):
-    return bound[(val, sparsity) if name == "scope" else ("attention", val)]
+def moba_bound_at(setting: dict, name: str, val) -> float:
+    """MoBA's roofline bound recomputed by :func:`moba_bounds` with one assumption of
+    ``moba_prefill_speedup`` moved (``scope``: attention or whole prefill; ``sparsity``), the other at
+    the rule's setting."""
+    scope = val if name == "scope" else "attention"
+    sp = float(val) if name == "sparsity" else float(setting["sparsity"])
+    if name not in ("scope", "sparsity"):
+        raise KeyError(f"unknown sensitivity {name!r} of moba_prefill_speedup: declare scope or sparsity")
+    return moba_bounds(setting["model"], int(setting["context_tokens"]), (sp,))["bound"][(scope, sp)]
 
 
 def moba_bounds(model: str, context_tokens: int, sparsities, n_blocks: int = 64) -> dict:
@@ -123,18 +135,20 @@ def checks() -> dict:
     4. MoBA: 95% sparse block attention, 6.5x faster at 1M tokens (prefill), on its base model: 64
        blocks, top-3; roofline bound = FLOP ratio (a 1M-token prefill is compute-bound on any GPU)."""
     per_tok = kv.kv_bytes_per_token("Llama-3.1-70B", "bf16")
-    v1 = claims.evaluate("ch1_llama70b_kv", per_tok / 1024, recompute=partial(_llama70b_kv, per_tok))
+    v1 = claims.evaluate("ch1_llama70b_kv", per_tok / 1024,
+                         recompute=partial(kv_per_token_kb, "Llama-3.1-70B", "bf16"))
     ctx_long = np.array([4096, 131072, 1048576])
     red = 1 - kv.kv_bytes("Kimi-Linear-48B-A3B", ctx_long, 1, "bf16") / kv.kv_bytes_if_all_full(
         "Kimi-Linear-48B-A3B", ctx_long, 1, "bf16")
     red_at = dict(zip(ctx_long.tolist(), red.tolist()))
-    v2 = claims.evaluate("ch1_kimi_linear_kv", red_at[1048576], recompute=partial(_at_context, red_at))
+    v2 = claims.evaluate("ch1_kimi_linear_kv", red_at[1048576],
+                         recompute=partial(kv_reduction, "Kimi-Linear-48B-A3B", "bf16"))
     v3 = claims.evaluate("ch1_growth_gpt2_k3", None)
     v3b = claims.evaluate("ch1_kimi_k3_cost", None)
     moba = claims.rule("moba_prefill_speedup")["setting"]
     mb = moba_bounds(moba["model"], moba["context_tokens"], (0.9, 0.95, moba["sparsity"]))
     v4 = claims.evaluate("moba_prefill_speedup", mb["bound"][("attention", moba["sparsity"])],
-                         recompute=partial(_moba_recompute, mb["bound"], moba["sparsity"]))
+                         recompute=partial(moba_bound_at, moba))
     k3 = data.published("kimi_k3_params")["value"]
     return {
         "verdicts": [v1, v2, v4, v3, v3b], "llama70b": v1, "kimi_linear": v2, "growth": v3,
