@@ -125,3 +125,52 @@ def csv_download(df, filename: str, text: str | None = None):
     label = html.escape(text or f"Download the full table ({len(df)} rows) as CSV: {filename}")
     name = html.escape(filename)
     return HTML(f'<p><a download="{name}" href="data:text/csv;base64,{data}">{label}</a></p>')
+
+
+# ------------------------------------------------------------------- sentences from values and verdicts
+# A sentence that states a comparison or an outcome is written from the values it compares, so that the
+# prose cannot say "meets" beside a number that misses, or "more" beside a saving (issue 30).
+
+def compare_text(value: float, reference: float, fmt: str = "{:.0%}", *, relative: bool = True,
+                 more: str = "more", less: str = "less", same: str = "the same as") -> str:
+    """How ``value`` compares with ``reference``, as a phrase that ends where the reference's name goes:
+    ``'65% more than'``, ``'12% less than'`` or ``'the same as'`` (when the difference formats as zero).
+    ``relative``: the difference as a fraction of ``reference`` (``value / reference - 1``), else
+    ``value - reference``; ``fmt`` formats its size. A NaN on either side says so."""
+    value, reference = float(value), float(reference)
+    if not (math.isfinite(value) and math.isfinite(reference)):
+        return "not comparable (no value) with"
+    if relative and reference == 0:
+        raise ValueError("compare_text: a relative comparison needs a non-zero reference "
+                         "(pass relative=False to compare differences)")
+    diff = value / reference - 1.0 if relative else value - reference
+    size = fmt.format(abs(diff))
+    if diff == 0 or not any(ch.isdigit() and ch != "0" for ch in size):
+        return same
+    return f"{size} {more if diff > 0 else less} than"
+
+
+def target_text(what: str, value: float, target: float, fmt: str = "{:.1%}", *, groups: dict | None = None,
+                lower_is_better: bool = True, group_noun: str = "") -> str:
+    """Whether ``value`` meets a ``target`` (at most it when ``lower_is_better``, else at least), with the
+    numbers: ``'meets the TTFT target (29.2% ≤ 30.0%)'``. ``groups`` (name -> value, e.g. the error per
+    mode) qualifies the outcome: the groups on the other side of the target are named with their values,
+    ``'meets the TTFT target overall (29.2% ≤ 30.0%) but misses it on disaggregated runs (49.0%)'``; a
+    group with no value (NaN) is left out. ``group_noun`` follows each group's name ('runs')."""
+    def ok(v):
+        return v <= target if lower_is_better else v >= target
+
+    value, target = float(value), float(target)
+    if not math.isfinite(value):
+        return f"cannot be judged against the {what} target (no value)"
+    sign = ("≤" if ok(value) else ">") if lower_is_better else ("≥" if ok(value) else "<")
+    verb = "meets" if ok(value) else "misses"
+    head = f"{verb} the {what} target"
+    nums = f"({fmt.format(value)} {sign} {fmt.format(target)})"
+    other = [(g, float(v)) for g, v in (groups or {}).items()
+             if math.isfinite(float(v)) and ok(float(v)) != ok(value)]
+    if not other:
+        return f"{head} {nums}"
+    noun = f" {group_noun}" if group_noun else ""
+    names = ", ".join(f"{g}{noun} ({fmt.format(v)})" for g, v in other)
+    return f"{head} overall {nums} but {'misses' if ok(value) else 'meets'} it on {names}"

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from .. import claims, data, kv, specs
+from .. import claims, data, kv, report, specs
 from ..disagg import search, study
 from ..tiering import tiers as tiering_tiers
 from . import configure, decide, fidelity, pipeline
@@ -283,7 +283,27 @@ def mode_rows(cells: pd.DataFrame, every: pd.DataFrame, modes) -> list:
             or "none",
             None,
         ),
+        ("ch5_new_mode_text", new_mode_text(old, moved, prem), None),
     ]
+
+
+def new_mode_text(old_modes, moved: float, premium: dict) -> str:
+    """The sentence on the newly entered modes, written from the values (with
+    :func:`analysis.report.compare_text`): how many cells they move against the map over ``old_modes``
+    only, and, per new mode, its best option's median cost against the cell's cheapest (``premium``:
+    mode -> that ratio minus 1)."""
+    if not premium:
+        return "no newly entered deployment mode is priced"
+    new = ", ".join(premium)
+    if np.isfinite(moved):
+        head = (f"adding {new} to the map over {', '.join(old_modes)} changes the cheapest option in "
+                f"{moved:.0%} of the cells")
+    else:
+        head = f"the map without {new} is not computed, so what {new} changes is not known"
+    parts = [f"{m}'s best option is never admissible" if not np.isfinite(v) else
+             f"{m}'s best option costs a median {report.compare_text(1.0 + v, 1.0)} the cell's cheapest"
+             for m, v in premium.items()]
+    return head + "; " + "; ".join(parts)
 
 
 def long_runs_text(runs, enabled: bool = True) -> str:
