@@ -56,6 +56,19 @@ def trace_summary_table(tr) -> pd.DataFrame:
         "duration": f"{s['duration_s'] / 60:,.1f} min"}], index=[tr.name]).rename_axis("trace").reset_index()
 
 
+def cache_ratio_at(tr, hc, _name, weighting) -> float:
+    """The unbounded cache's ratio of ``tr`` weighted by ``weighting``: ``token`` (share of prompt
+    tokens), ``request`` (mean over requests of each prompt's share) or ``block`` (share of blocks); the
+    ``recompute`` of ``ch2_table2_cache_ratio``."""
+    if weighting == "token":
+        return float(hc.infinite_token_hit_rate)
+    if weighting == "request":
+        return float((hc.per_request_hit_tokens(np.inf) / np.maximum(tr.input_tokens, 1)).mean())
+    if weighting == "block":
+        return float(hc.infinite_block_hit_rate)
+    raise ValueError(f"unknown weighting {weighting!r}: token, request or block")
+
+
 def cache_ratio(trace: str, tr, hc) -> dict:
     """Mooncake's Table 2 against this trace: the cache ratio token-weighted (the declared weighting),
     as a mean over requests and block-weighted; the verdicts (declared and mean over requests); the
@@ -65,12 +78,10 @@ def cache_ratio(trace: str, tr, hc) -> dict:
     if setting_trace in TABLE2:
         pub = {k: data.published(f"mooncake_table2_{TABLE2[setting_trace]}_{k}")["value"]
                for k in ("requests", "avg_input", "avg_output", "cache_ratio")}
-    per_req = hc.per_request_hit_tokens(np.inf) / np.maximum(tr.input_tokens, 1)
-    ratio = {"token": hc.infinite_token_hit_rate, "request": float(per_req.mean()),
-             "block": hc.infinite_block_hit_rate}
+    ratio = {w: cache_ratio_at(tr, hc, "weighting", w) for w in ("token", "request", "block")}
     setting = {"trace": setting_trace}
     verdict = claims.evaluate("ch2_table2_cache_ratio", ratio["token"], setting=setting,
-                              recompute=partial(_lookup, ratio))
+                              recompute=partial(cache_ratio_at, tr, hc))
     req_verdict = claims.evaluate("ch2_table2_cache_ratio", ratio["request"], setting=setting).verdict
     s = tr.summary()
     none = NONE_PUBLISHED
@@ -136,8 +147,48 @@ def lru_example(tr, hc) -> str:
             f"C = {int(m_ex[2]):,} its first {int((m_ex <= m_ex[2]).sum())}")
 
 
-def _saturation_at(hc, block_size, _name, fraction):
-    return hc.capacity_for_fraction(fraction) * block_size
+SATURATION = {"fraction": 0.99, "definition": "fraction of the maximum"}  # ch2_fig9_saturation's defaults
+KNEE_POINTS = 0.01  # the knee: every further doubling of the capacity adds under 1 point of hit rate
+
+
+def saturation_tokens(hc, block_size: int, definition: str = "fraction of the maximum",
+                      fraction: float = 0.99) -> float:
+    """Capacity (tokens) at which the LRU curve ``hc`` saturates: where the token hit rate reaches
+    ``fraction`` of its maximum, or (``definition="knee"``) the smallest capacity from which every
+    doubling adds under :data:`KNEE_POINTS` of hit rate (on 400 geometric capacities)."""
+    if definition == "fraction of the maximum":
+        return float(hc.capacity_for_fraction(fraction) * block_size)
+    if definition != "knee":
+        raise ValueError(f"unknown saturation definition {definition!r}: 'fraction of the maximum' or 'knee'")
+    caps = np.geomspace(block_size, 4 * max(hc.n_distinct, 1) * block_size, 400)
+    gain = hc.token_hit_rate_at_tokens(2 * caps) - hc.token_hit_rate_at_tokens(caps)
+    later = np.maximum.accumulate(gain[::-1])[::-1]  # the largest gain of any later doubling
+    return float(caps[int(np.argmax(later < KNEE_POINTS))])
+
+
+def _saturation_at(hc, block_size, name, val):
+    """``recompute`` of ``ch2_fig9_saturation``: the fraction of the maximum or the definition moved."""
+    if name == "saturation definition":
+        return saturation_tokens(hc, block_size, val, SATURATION["fraction"])
+    return saturation_tokens(hc, block_size, SATURATION["definition"], val)
+
+
+def local_fraction(tr, hc, capacity_tokens: float, weighting: str = "token") -> float:
+    """Hit rate of an LRU cache of ``capacity_tokens`` over the unbounded cache's, token- or
+    block-weighted."""
+    if weighting == "token":
+        return float(hc.token_hit_rate_at_tokens(capacity_tokens) / hc.infinite_token_hit_rate)
+    if weighting == "block":
+        blocks = np.floor(capacity_tokens / tr.block_size)
+        return float(hc.block_hit_rate(blocks) / hc.infinite_block_hit_rate)
+    raise ValueError(f"unknown weighting {weighting!r}: token or block")
+
+
+def _local_fraction_at(tr, hc, capacity_tokens, name, val):
+    """``recompute`` of ``ch2_fig9_local_dram``: the weighting or the local cache's size moved."""
+    if name == "weighting":
+        return local_fraction(tr, hc, capacity_tokens, val)
+    return local_fraction(tr, hc, float(val))
 
 
 def saturation(tr, hc, h: dict, setting_trace) -> dict:
@@ -146,9 +197,7 @@ def saturation(tr, hc, h: dict, setting_trace) -> dict:
     when Belady was not simulated). ``h``: :func:`hit_curve`."""
     local_dram, sat_pub, sat99 = h["local_dram"], h["sat_pub"], h["sat99"]
     setting = {"trace": setting_trace}
-    frac_3m = {"token": float(hc.token_hit_rate_at_tokens(local_dram) / hc.infinite_token_hit_rate),
-               "block": float(hc.block_hit_rate(np.floor(local_dram / tr.block_size))
-                              / hc.infinite_block_hit_rate)}
+    frac_3m = {w: local_fraction(tr, hc, local_dram, w) for w in ("token", "block")}
     out = {
         "hit_at_3m": float(hc.token_hit_rate_at_tokens(local_dram)),
         "hit_at_50m": float(hc.token_hit_rate_at_tokens(sat_pub)),
@@ -159,7 +208,7 @@ def saturation(tr, hc, h: dict, setting_trace) -> dict:
         "fig9": claims.evaluate("ch2_fig9_saturation", sat99, setting=setting,
                                 recompute=partial(_saturation_at, hc, tr.block_size)),
         "fig9_3m": claims.evaluate("ch2_fig9_local_dram", frac_3m["token"], setting=setting,
-                                   recompute=partial(_lookup, frac_3m)),
+                                   recompute=partial(_local_fraction_at, tr, hc, local_dram)),
         "belady": None,
     }
     prow = h["policies"]
@@ -181,6 +230,45 @@ def belady_glue(b) -> dict:
 
 
 EQ2 = {"8xA800": ("A800-SXM4-80GB", "mooncake_eq2_a800"), "8xH800": ("H800-SXM5-80GB", "mooncake_eq2_h800")}
+EQ2_MODEL, EQ2_PREFIX, EQ2_GPUS = "Llama-3.1-70B", 8192, 8
+EQ2_FLOPS = ("configuration", "weights only", "non-causal attention")
+
+
+def eq2_flops(model: str, prefix_tokens: int, convention: str = "configuration") -> float:
+    """Prefill FLOPs of a ``prefix_tokens`` prefix under a FLOP-counting convention of Eq. 2:
+    ``configuration`` (:func:`analysis.kv.prefill_flops`: 2 per active parameter per token, LM head
+    included, plus the causal attention core), ``weights only`` (no LM head, no attention core) or
+    ``non-causal attention`` (every query-key pair of the full-attention layers: n^2, not n(n+1)/2)."""
+    n = float(prefix_tokens)
+    m = specs.model(model)
+    mat = float(kv.matmul_flops_per_token(m)) * n
+    core = float(kv.attention_core_flops(m, n))
+    if convention == "configuration":
+        return float(kv.prefill_flops(m, n))
+    if convention == "weights only":
+        return mat - 2.0 * m.vocab_size * m.hidden_size * n
+    if convention == "non-causal attention":
+        full = m.n_full_layers * kv.attention_core_flops_per_layer_token(m)
+        return mat + core + full * (n * n - float(kv.attended_pairs(n)))
+    raise ValueError(f"unknown FLOP convention {convention!r}: one of {EQ2_FLOPS}")
+
+
+def eq2_bandwidth(gpu: str, *, compute_eff: float = 1.0, convention: str = "configuration") -> float:
+    """Mooncake's Eq. 2 threshold (GB/s) for LLaMA3-70B's 8,192-token prefix on 8 ``gpu``: the paper's
+    closed form (:func:`.loadcompute.reuse_bandwidth_needed`) with the FLOPs counted by ``convention``
+    (the threshold is inversely proportional to the FLOPs)."""
+    bw = lc.reuse_bandwidth_needed(EQ2_MODEL, gpu, EQ2_PREFIX, n_gpus=EQ2_GPUS, compute_eff=compute_eff) / 1e9
+    if convention == "configuration":
+        return bw
+    return bw * eq2_flops(EQ2_MODEL, EQ2_PREFIX) / eq2_flops(EQ2_MODEL, EQ2_PREFIX, convention)
+
+
+def _eq2_at(name, val) -> dict:
+    """``recompute`` of ``ch2_eq2`` (both GPUs): compute_eff or the FLOP convention moved."""
+    kw = {"compute_eff": float(val)} if name == "compute_eff" else {"convention": val}
+    if name not in ("compute_eff", "FLOP convention"):
+        raise KeyError(f"unknown sensitivity {name!r} of ch2_eq2: compute_eff or FLOP convention")
+    return {k: eq2_bandwidth(g, **kw) for k, (g, _) in EQ2.items()}
 
 
 def eq2() -> dict:
@@ -190,7 +278,7 @@ def eq2() -> dict:
     eff = claims.rule("ch2_eq2")["sensitivity"][0]["default"]
     at = {e: {k: lc.reuse_bandwidth_needed("Llama-3.1-70B", g, 8192, n_gpus=8, compute_eff=e) / 1e9
               for k, (g, _) in EQ2.items()} for e in (eff, 0.5, 1.0)}
-    verdict = claims.evaluate("ch2_eq2", at[eff], recompute=partial(_lookup, at))
+    verdict = claims.evaluate("ch2_eq2", at[eff], recompute=_eq2_at)
     table = pd.DataFrame([
         {"GPUs": k, "Mooncake (GB/s)": data.published(key)["value"], "this book (GB/s)": at[eff][k],
          "difference (%)": at[eff][k] / data.published(key)["value"] - 1,
@@ -320,8 +408,20 @@ def ai_ssd_verdicts(pl: dict) -> dict:
     """The AI SSD's two verdicts: its figures (no datasheet) and whether the link carries them
     (``pl``: :func:`analysis.tiering.tiers.ai_ssd_plausibility`)."""
     return {"datasheet": claims.evaluate("ch2_ai_ssd_datasheet", None),
-            "link": claims.evaluate("ch2_ai_ssd_link", {"sequential read": pl["seq_fraction_of_ceiling"],
-                                                        "random read": pl["iops_fraction_of_ceiling"]})}
+            "link": claims.evaluate("ch2_ai_ssd_link", link_fractions(pl), recompute=partial(_link_at, pl))}
+
+
+def link_fractions(pl: dict, payload_efficiency: float = 1.0) -> dict:
+    """The AI SSD's sequential and 4 KiB random read as fractions of the PCIe 5.0 x4 ceiling times
+    ``payload_efficiency`` (the share of the line rate that carries data)."""
+    ceiling = pl["x4_ceiling"] * float(payload_efficiency)
+    return {"sequential read": pl["seq_read"] / ceiling, "random read": pl["iops_4k_bytes"] / ceiling}
+
+
+def _link_at(pl, name, val):
+    if name != "link payload efficiency":
+        raise KeyError(f"unknown sensitivity {name!r} of ch2_ai_ssd_link")
+    return link_fractions(pl, val)
 
 
 COMPARE_FORMAT = {
@@ -384,7 +484,7 @@ def replay_summary(cmp: pd.DataFrame, tr, hc, dep, econ, setting_trace) -> dict:
     mem_keys = [k for k in MEMORY_KEYS if k in c.index]
     tier_gain = {}
     for s_ in claims.rule("ch2_tiering_cost")["sensitivity"]:
-        for val in (s_["low"], s_["high"]):
+        for val in claims.ends(s_):
             tier_gain[(s_["name"], val)] = tiering_gain_at(tr, hc, dep, econ, ssd_keys, mem_keys,
                                                            s_["name"], val)
     gain = (1 - c.loc[ssd_keys, "busy_usd_per_mtok"].min() / c.loc[mem_keys, "busy_usd_per_mtok"].min()
@@ -757,3 +857,132 @@ def admission_rows(an: dict) -> list:
         rows += [(f"ch2_adm_{key}_hit", run["hit"], "{:.1%}"),
                  (f"ch2_adm_{key}_tb", run["tb"], "{:.1f} TB/h")]
     return rows + [("ch2_adm_best", an["best"], None), ("ch2_adm_best_cost", an["best_cost"], "{:.3f} USD")]
+
+
+FIG10_TRACES = {"mooncake_conversation": "conversation", "mooncake_toolagent": "tool&agent",
+                "mooncake_synthetic": "synthetic"}
+FIG10_SLACK_ENDS = (0.0, float("inf"))  # the declared sensitivity ends of routing_load_slack_s
+
+
+def fig10(traces_, trace_requests: int, dep, n_instances: int, capacity_mtok: float, load_slack_s: float,
+          affinity_blocks: int, own=None) -> dict:
+    """Mooncake's Figure 10 (FAST'25, Sec. 5.3.2) on each trace of ``traces_`` (its first
+    ``trace_requests`` requests, as the chapter's trace): ``n_instances`` instances with local caches of
+    ``capacity_mtok`` million tokens and KV-aware routing against one global pool of their capacity
+    (:func:`analysis.tiering.cluster.local_vs_global`), at the chapter's ``load_slack_s`` and at the
+    rule's sensitivity ends; each trace's verdict under ``ch2_fig10_global_vs_local``. A trace whose file
+    cannot be obtained gets a row of NaN and a not-testable verdict saying so. ``own``: ``(name, trace,
+    hit curve)`` of the chapter's trace, reused. Returns the table (one row per trace), the verdicts and
+    the wall time."""
+    t0 = time.perf_counter()
+    rows, verdicts = [], {}
+    cap = capacity_mtok * 1e6
+    for name in traces_:
+        label = FIG10_TRACES.get(name, name)
+        try:
+            if own is not None and own[0] == name:
+                tr, hc = own[1], own[2]
+            else:
+                tr = load(name, trace_requests)
+                hc = lru_hit_curve(tr)
+        except data.DataError as exc:
+            rows.append({"trace": label, "key": name, "missing": str(exc).split(". Looked in")[0]})
+            verdicts[name] = claims.evaluate(
+                "ch2_fig10_global_vs_local", {"hit-rate ratio": None, "prefill-time ratio": None},
+                {"trace": name}, missing=f"the {label} trace file is not available here (data/registry.yaml "
+                                         f"names its source; this machine cannot download it)")
+            continue
+        runs = {s: cl.local_vs_global(tr, dep, n_instances, cap, hc=hc, load_slack_s=s,
+                                      affinity_blocks=affinity_blocks)
+                for s in (load_slack_s, *FIG10_SLACK_ENDS)}
+        r = runs[load_slack_s]
+
+        def value(x):
+            return {"hit-rate ratio": x["hit_ratio"], "prefill-time ratio": x["prefill_ratio"]}
+
+        verdicts[name] = claims.evaluate("ch2_fig10_global_vs_local", value(r), {"trace": name},
+                                         recompute=lambda _n, s, runs=runs: value(runs[float(s)]))
+        key = TABLE2.get(name)
+        pub = {}
+        if key:
+            for q in ("local_hit", "global_hit", "hit_ratio", "local_prefill_s", "global_prefill_s",
+                      "prefill_ratio"):
+                pub[q] = data.published(f"mooncake_fig10_{key}_{q}")["value"]
+        # the missing effect's size: where the paper's local hit rate sits between cache-oblivious
+        # placement (random routing: 1) and this router (0), a linear estimate of the share of requests
+        # the paper's scheduler placed without regard to their cached prefix
+        rnd = cl.local_vs_global(tr, dep, n_instances, cap, hc=hc, policy="random")["local_hit"]
+        span = r["local_hit"] - rnd
+        obl = (r["local_hit"] - pub["local_hit"]) / span if key and span > 0 else float("nan")
+        rows.append({"trace": label, "key": name, **r, "local_hit_random": rnd, "oblivious_share": obl,
+                     "hit_ratio_slack0": runs[0.0]["hit_ratio"],
+                     "hit_ratio_prefix_only": runs[float("inf")]["hit_ratio"],
+                     "local_hit_slack0": runs[0.0]["local_hit"],
+                     "local_hit_prefix_only": runs[float("inf")]["local_hit"],
+                     **{f"pub_{q}": v for q, v in pub.items()}})
+    return {"table": pd.DataFrame(rows), "verdicts": verdicts, "seconds": time.perf_counter() - t0}
+
+
+def fig10_table(f: pd.DataFrame):
+    """Figure 10 side by side: the paper's bars and ratios against the replay's, per trace."""
+    cols = {"trace": "trace", "pub_local_hit": "paper: local hit", "local_hit": "replay: local hit",
+            "pub_global_hit": "paper: global hit", "global_hit": "replay: global hit",
+            "pub_hit_ratio": "paper: hit ratio", "hit_ratio": "replay: hit ratio",
+            "pub_prefill_ratio": "paper: prefill-time ratio", "prefill_ratio": "replay: prefill-time ratio",
+            "local_prefill_s": "replay: local prefill (s)", "global_prefill_s": "replay: global prefill (s)"}
+    shown = f.reindex(columns=list(cols)).rename(columns=cols)
+    pct = {c: "{:.1%}" for c in cols.values() if c.endswith(" hit")}
+    x = {c: "{:.2f}×" for c in cols.values() if "ratio" in c}
+    s = {c: "{:.2f}" for c in cols.values() if c.endswith("(s)")}
+    return shown.style.format(pct | x | s, na_rep="–").hide(axis="index")
+
+
+def fig10_numbers(f: pd.DataFrame) -> dict:
+    """The prose's Figure 10 numbers: per computed trace (key: conversation, toolagent, synthetic) its
+    local and global hit rates, hit ratio and prefill ratio, the local hit rate at the slack ends, and
+    the random router's local hit rate and the share of requests the paper's scheduler would have placed
+    without regard to their cache (``oblivious_share``, see :func:`fig10`); and the traces that could
+    not be computed."""
+    done = f[f.get("local_hit", pd.Series(dtype=float)).notna()] if "local_hit" in f else f.iloc[:0]
+    out = {"missing": [r["trace"] for _, r in f.iterrows() if r.get("missing") == r.get("missing") and
+                       isinstance(r.get("missing"), str)]}
+    for _, r in done.iterrows():
+        k = TABLE2.get(r["key"], r["key"])
+        out[k] = {q: float(r[q]) for q in ("local_hit", "global_hit", "hit_ratio", "prefill_ratio",
+                                            "local_hit_slack0", "local_hit_prefix_only", "pub_local_hit",
+                                            "pub_global_hit", "pub_hit_ratio", "pub_prefill_ratio",
+                                            "local_hit_random", "oblivious_share") if q in r}
+    return out
+
+
+def _per_trace(n: dict, fmt) -> str:
+    """'conversation a; synthetic b' over the computed traces of :func:`fig10_numbers`."""
+    parts = [f"{FIG10_TRACES.get('mooncake_' + k, k)} {fmt(v)}" for k, v in n.items() if k != "missing"]
+    if not parts:
+        return "not computed (no trace file of fig10_traces is available)"
+    return "; ".join(parts)
+
+
+def fig10_rows(n: dict, verdicts: dict) -> list:
+    """Glue rows ``(key, text, None)`` of the Figure 10 prose (``n``: :func:`fig10_numbers`)."""
+    pct = "{:.1%}".format
+    missing = (f"; the {', '.join(n['missing'])} trace file is not available here, so that trace is not "
+               f"compared" if n["missing"] else "")
+    verdict_text = "; ".join(f"{FIG10_TRACES.get(k, k)}: {v.label}" for k, v in verdicts.items()) or "none"
+    return [
+        ("ch2_fig10_global_text", "the pooled capacity reaches " + _per_trace(
+            n, lambda v: f"{pct(v['global_hit'])} against the paper's {pct(v['pub_global_hit'])}") + missing,
+         None),
+        ("ch2_fig10_local_text", _per_trace(
+            n, lambda v: f"{pct(v['local_hit'])} against the paper's {pct(v['pub_local_hit'])}"), None),
+        ("ch2_fig10_ratio_text", _per_trace(
+            n, lambda v: f"{v['hit_ratio']:.2f}× in hit rate (paper {v['pub_hit_ratio']:.2f}×) and "
+                         f"{v['prefill_ratio']:.2f}× in mean prefill time "
+                         f"(paper {v['pub_prefill_ratio']:.2f}×)"),
+         None),
+        ("ch2_fig10_verdicts_text", verdict_text, None),
+        ("ch2_fig10_prefix_only_text", _per_trace(n, lambda v: pct(v["local_hit_prefix_only"])), None),
+        ("ch2_fig10_slack0_text", _per_trace(n, lambda v: pct(v["local_hit_slack0"])), None),
+        ("ch2_fig10_random_text", _per_trace(n, lambda v: pct(v["local_hit_random"])), None),
+        ("ch2_fig10_oblivious_text", _per_trace(n, lambda v: f"{v['oblivious_share']:.0%}"), None),
+    ]

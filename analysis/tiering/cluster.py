@@ -25,6 +25,10 @@ by all instances, exactly the one-pass curve at that capacity; its hits cross th
 
 :func:`routed_tier_split` turns an assignment into per-request hits per tier and bytes written per
 tier, exactly, from each instance's own one-pass stack.
+
+:func:`local_vs_global` is Mooncake's Figure 10 setting (FAST'25, Sec. 5.3.2): ``n_instances`` nodes
+each with a local cache routed by a router, against one global pool of all their capacity: token hit
+rate and mean prefill compute time per request in both.
 """
 from __future__ import annotations
 
@@ -36,6 +40,7 @@ from .. import cache as _cache
 from ..traces import Trace
 from .endurance import written_tokens
 from .hitcurve import HitCurve, lru_hit_curve
+from .prefill import prefill_time
 
 ROUTING = ("random", "round_robin", "prefix_affinity", "kv_aware")
 LOAD_AWARE = ("kv_aware",)
@@ -132,6 +137,45 @@ def route(trace: Trace, n_instances: int, policy: str, capacity_blocks: float, *
 def pooled(hc: HitCurve, n_instances: int, capacity_blocks: float) -> float:
     """Token hit rate of one pooled LRU holding the capacity of all instances (exact)."""
     return float(hc.token_hit_rate(n_instances * capacity_blocks))
+
+
+def local_vs_global(trace: Trace, d, n_instances: int = 10, capacity_tokens: float = 3e6, *,
+                    hc: HitCurve | None = None, policy: str = "kv_aware", load_slack_s: float = 1.0,
+                    load_scale: float = 1.0, seed: int = 0, affinity_blocks: int = 2) -> dict:
+    """Mooncake's Figure 10 setting: ``n_instances`` instances, each with its own LRU of
+    ``capacity_tokens`` (whole blocks), requests routed by ``policy`` (KV-aware by default, its load
+    measured in no-cache prefill seconds of deployment ``d``), against one global LRU of all their
+    capacity (the exact one-pass curve ``hc``). Returns both token hit rates, both mean prefill compute
+    times per request (:func:`analysis.tiering.prefill.prefill_time` of the uncached tokens after the
+    cached prefix, on one instance of ``d``), their ratios (global / local) and the busiest instance's
+    share of requests."""
+    if not capacity_tokens > 0:
+        raise ValueError(f"capacity_tokens must be > 0, got {capacity_tokens!r}")
+    cap = int(capacity_tokens // trace.block_size)
+    if cap < 1:
+        raise ValueError(f"capacity_tokens = {capacity_tokens:g} holds no whole block of "
+                         f"{trace.block_size} tokens; use at least {trace.block_size}")
+    hc = hc if hc is not None else lru_hit_curve(trace)
+    L = trace.input_tokens.astype(float)
+    full = prefill_time(d, L, 0.0)
+    r = route(trace, n_instances, policy, cap, full_s=full, load_scale=load_scale, load_slack_s=load_slack_s,
+              seed=seed, affinity_blocks=affinity_blocks)
+
+    def mean_prefill(hit_tokens):
+        new = np.maximum(L - np.asarray(hit_tokens, dtype=float), 1.0)  # the last token is always computed
+        return float(np.mean(prefill_time(d, new, L - new)))
+
+    g_hits = hc.tier_split([r["n_instances"] * cap])[:, 0]
+    tokens = max(float(L.sum()), 1.0)
+    out = {"n_instances": r["n_instances"], "capacity_blocks": cap, "policy": policy,
+           "load_slack_s": load_slack_s, "local_hit": r["token_hit_rate"],
+           "global_hit": float(g_hits.sum() / tokens),
+           "local_prefill_s": mean_prefill(r["per_request_hit_tokens"]),
+           "global_prefill_s": mean_prefill(g_hits),
+           "nocache_prefill_s": float(np.mean(full)), "max_share": r["max_share"]}
+    out["hit_ratio"] = out["global_hit"] / out["local_hit"] if out["local_hit"] > 0 else float("inf")
+    out["prefill_ratio"] = out["global_prefill_s"] / out["local_prefill_s"]
+    return out
 
 
 def routed_tier_split(trace: Trace, assignment: np.ndarray, tier_blocks) -> tuple[np.ndarray, np.ndarray]:

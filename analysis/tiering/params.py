@@ -302,6 +302,17 @@ PARAMS = {
     "affinity_blocks": Param(
         2, "int", "prefix-affinity routing hashes this many leading blocks", min=1, max=64
     ),
+    # Mooncake's Figure 10: local caches with KV-aware routing against one global pool
+    "fig10_traces": Param(
+        ["mooncake_conversation", "mooncake_toolagent", "mooncake_synthetic"],
+        "list[str]",
+        "traces of the local-versus-global comparison (Mooncake FAST'25 Fig. 10), each cut to trace_requests",
+    ),
+    "fig10_instances": Param(10, "int", "prefill instances of the Figure 10 comparison", min=1, max=4096),
+    "fig10_capacity_mtok": Param(
+        3.0, "float", "local cache of each instance in the Figure 10 comparison (million tokens)", min=0.001,
+        max=1e4
+    ),
 }
 
 
@@ -397,6 +408,9 @@ class Routing:
     routing_config: str
     routing_load_slack_s: float
     affinity_blocks: int
+    fig10_traces: list
+    fig10_instances: int
+    fig10_capacity_mtok: float
 
 
 @dataclass(frozen=True)
