@@ -249,6 +249,13 @@ def reference(comp: dict, setting: Mapping | None = None) -> tuple[float | None,
     return float(row["value"]) * scale, key
 
 
+def _setting_text(ref: Mapping, setting: Mapping | None) -> str:
+    """' (published for trace mooncake_conversation)': the setting a keyed reference belongs to."""
+    keys = ([ref["by"]] if "by" in ref else []) + list(ref.get("setting") or {})
+    vals = {k: (setting or {}).get(k, (ref.get("setting") or {}).get(k)) for k in keys}
+    return f" (for {', '.join(f'{k} {v}' for k, v in vals.items())})" if vals else ""
+
+
 def _fmt(x, unit_fmt: str | None) -> str:
     if _missing(x):
         return "n/a"
@@ -275,6 +282,8 @@ def rule_text(claim_id_or_rule, setting: Mapping | None = None) -> str:
         fmt = comp.get("format", c.get("format"))
         name = comp.get("name", "")
         r = _fmt(ref, fmt) if ref is not None else f"none ({src})"
+        if ref is not None:
+            r += _setting_text(comp["reference"], setting)
         head = f"{name}: " if name else ""
         pv = comp["reference"].get("partial_value")
         ckind = comp.get("comparison", kind)

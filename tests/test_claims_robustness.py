@@ -4,8 +4,6 @@ recomputes: at every declared end it returns a value other than the default one 
 that end cannot move it)."""
 import math
 
-import numpy as np
-import pandas as pd
 import pytest
 
 from analysis import claims
@@ -86,10 +84,81 @@ def test_chapter1_recomputes_at_every_end():
         "moba_prefill_speedup": partial(ch.moba_bound_at, t["moba_prefill_speedup"]["setting"]),
     }
     chk = ch.checks()
-    defaults = {"ch1_llama70b_kv": chk["llama70b"].computed, "ch1_kimi_linear_kv": chk["kimi_linear"].computed,
+    defaults = {"ch1_llama70b_kv": chk["llama70b"].computed,
+                "ch1_kimi_linear_kv": chk["kimi_linear"].computed,
                 "moba_prefill_speedup": chk["moba"].computed}
     for cid, f in cases.items():
         for name, end, s in _ends(cid):
             # the callback at the default reproduces the chapter's value; at each end it moves
             assert f(name, s["default"]) == pytest.approx(defaults[cid]), (cid, name)
             assert _differs(f(name, end), defaults[cid]), (cid, name, end)
+
+
+# ------------------------------------------------------------------------------------------ chapter 2
+
+@pytest.fixture(scope="module", params=[400, 0], ids=["400 requests", "whole trace"])
+def ch2(request):
+    from analysis.tiering import chapter as C
+    from analysis.tiering import tiers as T
+    tr = C.load("mooncake_conversation", request.param)
+    hc, _ = C.timed_hit_curve(tr)
+    d = T.Deployment()
+    return C, tr, hc, d
+
+
+def test_chapter2_recomputes_at_every_end(ch2):
+    from functools import partial
+
+    from analysis.tiering import tiers as T
+    C, tr, hc, d = ch2
+    if tr.n_requests < 1000:
+        pytest.skip("the hit-curve claims are checked on the whole trace (400 requests saturate early)")
+    local = 3e6
+    pl = T.ai_ssd_plausibility(d)
+    cases = {
+        "ch2_table2_cache_ratio": partial(C.cache_ratio_at, tr, hc),
+        "ch2_fig9_saturation": partial(C._saturation_at, hc, tr.block_size),
+        "ch2_fig9_local_dram": partial(C._local_fraction_at, tr, hc, local),
+        "ch2_eq2": C._eq2_at,
+        "ch2_ai_ssd_link": partial(C._link_at, pl),
+    }
+    defaults = {
+        "ch2_table2_cache_ratio": hc.infinite_token_hit_rate,
+        "ch2_fig9_saturation": hc.capacity_for_fraction(0.99) * tr.block_size,
+        "ch2_fig9_local_dram": hc.token_hit_rate_at_tokens(local) / hc.infinite_token_hit_rate,
+        "ch2_eq2": C.eq2()["verdict"].computed,
+        "ch2_ai_ssd_link": {"sequential read": pl["seq_fraction_of_ceiling"],
+                            "random read": pl["iops_fraction_of_ceiling"]},
+    }
+    for cid, f in cases.items():
+        for name, end, s in _ends(cid):
+            assert not _differs(f(name, s["default"]), defaults[cid]), (cid, name)
+            assert _differs(f(name, end), defaults[cid]), (cid, name, end)
+
+
+def test_chapter2_tiering_cost_recomputes_at_every_end(ch2):
+    from analysis.tiering import replay as R
+    from analysis.tiering import tiers as T
+    C, tr, hc, d = ch2
+    if tr.n_requests > 1000:
+        pytest.skip("the replays are checked on the first 400 requests (the whole trace takes minutes)")
+    econ = R.Economics(T.gpu_usd_per_s(d), 5.0)
+    base = C.tiering_gain_at(tr, hc, d, econ, ["nvme"], ["hbm", "dram"], "GPU rent (x)", 1.0)
+    for name, end, _ in _ends("ch2_tiering_cost"):
+        assert _differs(C.tiering_gain_at(tr, hc, d, econ, ["nvme"], ["hbm", "dram"], name, end), base), \
+            (name, end)
+
+
+def test_eq2_flop_conventions_count_what_they_say():
+    from analysis import kv, specs
+    from analysis.tiering import chapter as C
+    m, n = specs.model(C.EQ2_MODEL), C.EQ2_PREFIX
+    full = C.eq2_flops(m.name, n)
+    assert full == pytest.approx(float(kv.prefill_flops(m, n)))
+    lm = 2.0 * m.vocab_size * m.hidden_size * n
+    assert C.eq2_flops(m.name, n, "weights only") == pytest.approx(
+        float(kv.matmul_flops_per_token(m)) * n - lm)
+    core = float(kv.attention_core_flops(m, n))
+    assert C.eq2_flops(m.name, n, "non-causal attention") == pytest.approx(full + core * (n - 1) / (n + 1))
+    with pytest.raises(ValueError, match="FLOP convention"):
+        C.eq2_flops(m.name, n, "nope")
