@@ -243,13 +243,34 @@ def test_qevict_verdict_is_the_declared_rule_and_must_agree_with_it():
 
 
 def test_drift_verdict_names_the_missing_documents_and_must_agree_with_the_rule():
-    drift = pd.DataFrame({"miss_rel_excess": [0.1]})
-    dv = {"lo": float("nan"), "n_docs": 1, "verdict": "not testable (1 document)"}
-    v = ch.drift_verdict([{"attn_full": None}], drift, dv, 256, 16, 1, 100, 0)
+    from analysis.qevict.longview import drift_primary
+
+    drift = pd.DataFrame({"document": ["code:a"], "global_lir_observed": [0.2], "global_lir_null_mean": [0.1],
+                          "miss_observed": [0.3], "miss_null_mean": [0.2]})
+    dp = drift_primary(drift, n_boot=100)
+    v = ch.drift_verdict(drift, dp, 100, 0)
     assert v.claim_id == "ch4_drift" and v.verdict.startswith("not testable")
-    assert "1 document(s) with results" in v.detail
-    with pytest.raises(AssertionError):
-        ch.drift_verdict([{"attn_full": None}], drift, {**dv, "verdict": "reproduced"}, 256, 16, 1, 100, 0)
+    assert "1 (document, model) units with results" in v.detail
+    assert ch.drift_verdict(drift, {**dp, "value": -0.5}, 100, 0).verdict == "not reproduced"
+
+
+def test_drift_glue_states_the_primary_rule_and_labels_the_secondary():
+    from analysis.qevict.longview import DRIFT_PRIMARY_RULE, drift_primary
+    from analysis.qevict.metrics import DRIFT_RULE, drift_rule_verdict
+
+    drift = pd.DataFrame({"document": ["code:a", "code:b"], "global_lir_observed": [0.2, 0.3],
+                          "global_lir_null_mean": [0.25, 0.3], "miss_observed": [0.3, 0.4],
+                          "miss_null_mean": [0.2, 0.3], "miss_rel_excess": [0.5, 1 / 3],
+                          "budget_lir_observed": [0.1, 0.1], "budget_lir_null_mean": [0.1, 0.1]})
+    dv, dp = drift_rule_verdict(drift.miss_rel_excess, 100), drift_primary(drift, n_boot=100)
+    g = rows_dict(ch.drift_glue(drift, dv, dp))
+    assert g["ch4_drift_rule"] == DRIFT_PRIMARY_RULE["text"]
+    assert g["ch4_drift_secondary_rule"] == DRIFT_RULE["text"]
+    assert g["ch4_drift_primary"].startswith("Global LIR: -10.0%") and "FMM: +41.7%" in g["ch4_drift_primary"]
+    sec = g["ch4_drift_secondary"]
+    assert sec.startswith("secondary") and "not the ledger's verdict" in sec
+    text = ch.drift_claim_text(drift, dv, dp, 0.16)
+    assert text.startswith("primary") and text.index("Global LIR") < text.index("secondary")
 
 
 def test_genre_rule_table_and_when_it_runs():

@@ -18,6 +18,8 @@ from .params import QEvictConfig
 from .runner import file_sha256, run_document_cached
 from .tokenizer import load_tokenizer
 
+DEFAULT_MODEL = "smollm2"  # the default run's model (gguf_model.load_model), as the long runs name it
+
 
 @dataclass
 class Experiment:
@@ -73,6 +75,7 @@ def run_experiment(c: QEvictConfig, *, verbose: bool = False) -> Experiment:
             dict(
                 document=spec,
                 genre=doc.kind,
+                model=DEFAULT_MODEL,
                 **document_drift(
                     res["attn_full"],
                     P,

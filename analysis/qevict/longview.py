@@ -9,7 +9,16 @@ import yaml
 
 from analysis.artifacts import REPO_ROOT, list_artifacts, read_artifact
 
-from .metrics import QEVICT_RULE, drift_rule_verdict, holm_adjust
+from .metrics import (
+    DRIFT_RULE,
+    QEVICT_RULE,
+    drift_against_null,
+    drift_rule_verdict,
+    far_pair_matrix,
+    far_pair_mean,
+    global_lir,
+    holm_adjust,
+)
 from .verdicts import by_genre, drift_rule_recompute, missing_documents, qevict_recompute, qevict_value
 
 LONG_SWEEP = REPO_ROOT / "sweeps" / "qevict_long.yaml"
@@ -320,3 +329,227 @@ def scored_steps_text(summaries) -> str:
              f"{int(h.scored_steps.min()):,}–{int(h.scored_steps.max()):,}") + f" of {int(n):,} steps"
             for n, h in g.groupby("decode_steps", sort=True))
         for m, g in s.groupby("model", sort=False))
+
+
+# --- the drift claim's primary rule: the paper's own metrics against their nulls ----------------------
+# Declared 2026-12-02 (issue 28, item 5), after every value below had been computed: an amendment of
+# the ch4_drift rule, logged in data/claims.yaml.  The far-pair missed share of DRIFT_RULE
+# (analysis.qevict.metrics) is kept as a secondary statistic with its own label; it no longer decides.
+DRIFT_PRIMARY_RULE = dict(
+    budget=DRIFT_RULE["budget"], block_steps=DRIFT_RULE["block_steps"], n_shuffles=DRIFT_RULE["n_shuffles"],
+    alpha=DRIFT_RULE["alpha"], min_units=2,
+    text=("the paper's own metrics against their nulls, both required: per (document, model) unit, the "
+          "relative excess of Global LIR in decoding order over the same attention with the decoding steps' "
+          "order shuffled in blocks of 8 (20 seeded shuffles), and the same for the Future Missed Mass of a "
+          "one-shot eviction (the top 20% of prompt windows kept by a decoding step's attention; the share "
+          "of the attention of a step at least half the run later that falls outside them); 'reproduced' "
+          "when the lower end of the 95% bootstrap interval over units is at least 0 for both, 'not "
+          "reproduced' when it is below 0 for either one computed, otherwise not testable (a metric not "
+          "computed, or fewer than 2 units)"),
+)
+# metric -> the drift table's column prefix (<prefix>_observed and <prefix>_null_mean).  The one-shot FMM
+# is the statistic metrics.far_pair_miss computes ("miss"): averaged over every later step instead of the
+# far ones it would barely depend on the steps' order (the missed-share matrix is nearly symmetric, and
+# the mean of a symmetric matrix over all pairs s < t is the same in any order), so its null could not
+# tell drift from none.
+PRIMARY_METRICS = {"Global LIR": "global_lir", "FMM": "miss"}
+
+
+def rel_excess_over_null(drift: pd.DataFrame, prefix: str) -> np.ndarray:
+    """Per unit, ``observed / null mean - 1`` of the drift table's ``<prefix>_observed`` and
+    ``<prefix>_null_mean`` columns (NaN where the null is not positive); all NaN when the table does not
+    hold that metric against its null."""
+    obs, null = f"{prefix}_observed", f"{prefix}_null_mean"
+    if obs not in drift or null not in drift:
+        return np.full(len(drift), np.nan)
+    o, n = drift[obs].to_numpy(float), drift[null].to_numpy(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(n > 0, o / np.where(n > 0, n, 1.0) - 1.0, np.nan)
+
+
+def primary_value(lows: dict, threshold: float = 0.0) -> float:
+    """The value the primary drift rule tests from each metric's lower interval end (``lows``: name ->
+    lower end, NaN where not computed): both must reach ``threshold``, so the smallest computed one when it
+    falls short (the claim then fails whatever the other says), else the smallest when all are computed,
+    else NaN (not testable)."""
+    v = np.array([float(x) for x in lows.values()], float)
+    fin = v[np.isfinite(v)]
+    if len(fin) and fin.min() < threshold:
+        return float(fin.min())
+    if len(fin) == len(v) and len(v):
+        return float(fin.min())
+    return float("nan")
+
+
+def drift_primary(drift: pd.DataFrame, n_boot: int = 2000, seed: int = 0,
+                  alpha: float = DRIFT_PRIMARY_RULE["alpha"]) -> dict:
+    """:data:`DRIFT_PRIMARY_RULE` on a drift table (one row per unit): per metric of
+    :data:`PRIMARY_METRICS` the mean relative excess over its null with its (1 - alpha) bootstrap interval
+    over units (``metrics.drift_rule_verdict``), and ``value`` (:func:`primary_value`), the number the
+    ledger's rule tests; ``missing`` says which metric the table lacks."""
+    out, lows, missing = {"metrics": {}}, {}, []
+    for name, prefix in PRIMARY_METRICS.items():
+        rel = rel_excess_over_null(drift, prefix)
+        v = drift_rule_verdict(rel, n_boot, seed, alpha)
+        out["metrics"][name] = v
+        lows[name] = v["lo"]
+        if not np.isfinite(rel).any():
+            missing.append(name)
+    out["value"] = primary_value(lows)
+    out["missing"] = missing
+    out["n_units"] = len(drift)
+    return out
+
+
+def drift_primary_missing(dp: dict) -> str:
+    """What the primary drift rule lacks, in words (for ``claims.evaluate(missing=...)``)."""
+    parts = []
+    if dp["missing"]:
+        parts.append(" and ".join(dp["missing"]) + " against its null not in these runs' drift tables")
+    if dp["n_units"] < DRIFT_PRIMARY_RULE["min_units"]:
+        parts.append(missing_documents(dp["n_units"], DRIFT_PRIMARY_RULE["min_units"],
+                                       "(document, model) units"))
+    return "; ".join(parts) or "not computed"
+
+
+def drift_primary_recompute(drift: pd.DataFrame, n_boot: int = 2000, seed: int = 0, at=None):
+    """``recompute(name, value)`` for :func:`analysis.claims.evaluate` on the primary drift rule: the
+    interval's ``alpha``, a ``minimum effect`` (each metric's lower end must exceed it: the value is returned
+    less it) and the ``model`` (the units of that model alone, recomputed from its own rows; NaN when the
+    table has none) from the per-unit table itself; the attention-dependent ends (top share of windows,
+    shuffle block) from ``at(name, value)``, a per-unit table recomputed there from the attention, or NaN
+    (not assessed) where ``at`` is None or returns None: the committed long runs keep Global LIR and the
+    one-shot FMM against their null at the declared block and share only."""
+    def recompute(name, value):
+        if name == "alpha":
+            return drift_primary(drift, n_boot, seed, float(value))["value"]
+        if name == "minimum effect":
+            metrics = drift_primary(drift, n_boot, seed)["metrics"]
+            lows = {k: v["lo"] - float(value) for k, v in metrics.items()}
+            return primary_value(lows)
+        if name == "model":
+            if "model" not in drift:  # which model each unit ran on is not known: not assessed
+                return float("nan")
+            d = drift[drift.model.astype(str) == str(value)]
+            return drift_primary(d, n_boot, seed)["value"] if len(d) else float("nan")
+        if name in ATTENTION_ENDS:
+            t = at(name, value) if at is not None else None
+            return float("nan") if t is None else drift_primary(t, n_boot, seed)["value"]
+        raise KeyError(f"unknown sensitivity {name!r} for the primary drift rule; declare one of "
+                       f"{list(PRIMARY_SENSITIVITY)} in data/claims.yaml")
+    return recompute
+
+
+# sensitivity name -> keyword of primary_metrics_from_attention
+ATTENTION_ENDS = {"top share of windows": "budget", "shuffle block (steps)": "block"}
+PRIMARY_SENSITIVITY = ("alpha", "top share of windows", "shuffle block (steps)", "minimum effect", "model")
+
+
+def primary_metrics_from_attention(attn_full: np.ndarray, prefill_tokens: int, window: int, sink_windows: int,
+                                   *, gap: int, tau: float, budget: float = DRIFT_PRIMARY_RULE["budget"],
+                                   block: int = DRIFT_PRIMARY_RULE["block_steps"],
+                                   n_shuffles: int = DRIFT_PRIMARY_RULE["n_shuffles"], seed: int = 0) -> dict:
+    """One document's two primary metrics against the block-shuffled null from its full-cache attention:
+    Global LIR pooled over layers (as ``metrics.document_drift`` computes it; ``global_lir_*``) and the
+    one-shot FMM (:func:`oneshot_fmm_against_null`; ``miss_*``)."""
+    def glir(a):
+        t = global_lir(a, prefill_tokens, window, gap, tau, sink_windows)
+        n = t.inactive_windows.sum()
+        return t.reactivated.sum() / n if n else np.nan
+
+    g = drift_against_null(attn_full, glir, n_shuffles, seed, int(block))
+    out = {f"global_lir_{k}": g[k] for k in ("observed", "null_mean", "null_sd", "rel_excess")}
+    out.update(oneshot_fmm_against_null(attn_full, prefill_tokens, window, sink_windows, budget=budget,
+                                        block=block, n_shuffles=n_shuffles, seed=seed))
+    return out
+
+
+def drift_primary_text(dp: dict) -> str:
+    """Each primary metric against its null in words: mean relative excess and its interval."""
+    parts = []
+    for name, v in dp["metrics"].items():
+        if not np.isfinite(v["mean"]):
+            parts.append(f"{name}: not computed")
+        elif not np.isfinite(v["lo"]):
+            parts.append(f"{name}: {v['mean']:+.1%} ({v['n_docs']} unit, no interval)")
+        else:
+            parts.append(f"{name}: {v['mean']:+.1%} (95% interval {v['lo']:+.1%} to {v['hi']:+.1%})")
+    return "; ".join(parts)
+
+
+def oneshot_fmm_against_null(attn_full: np.ndarray, prefill_tokens: int, window: int, sink_windows: int, *,
+                             budget: float = DRIFT_PRIMARY_RULE["budget"],
+                             block: int = DRIFT_PRIMARY_RULE["block_steps"],
+                             n_shuffles: int = DRIFT_PRIMARY_RULE["n_shuffles"], seed: int = 0,
+                             min_lag: int | None = None) -> dict:
+    """One document's Future Missed Mass of a one-shot eviction against the block-shuffled null: for pairs
+    of decoding steps ``t - s >= min_lag`` (default half the run, as the primary rule declares), the share
+    of step t's attention (non-sink prompt windows) outside the top ``budget`` of windows by step s's
+    attention (``metrics.far_pair_matrix``), mean over the pairs, in decoding order and with the order
+    shuffled.  Returns ``miss_{observed, null_mean, null_sd, rel_excess}``: at the defaults, the values of
+    ``metrics.document_drift``."""
+    D = attn_full.shape[0]
+    if D < 2:
+        raise ValueError("the one-shot FMM needs at least 2 decoding steps")
+    M = far_pair_matrix(attn_full, prefill_tokens, window, budget, sink_windows)
+    r = drift_against_null(attn_full, lambda a: far_pair_mean(M, np.arange(D), min_lag), n_shuffles, seed,
+                           int(block), permuted=lambda perm: far_pair_mean(M, perm, min_lag))
+    return {f"miss_{k}": r[k] for k in ("observed", "null_mean", "null_sd", "rel_excess")}
+
+
+def drift_ends_at(drift: pd.DataFrame, ends: pd.DataFrame):
+    """``at(name, value)`` for :func:`drift_primary_recompute` from a committed long run's tables: at a top
+    share of windows, Global LIR (which does not depend on it) as committed and the one-shot FMM's relative
+    excess from ``drift_ends``; at a shuffle block, None (Global LIR was kept at the declared block only)."""
+    def at(name, value):
+        if name != "top share of windows" or not len(ends):
+            return None
+        e = ends[(ends.sensitivity == name) & np.isclose(ends.value.astype(float), float(value))]
+        rel = drift[["model", "document"]].merge(e[["model", "document", "rel_excess"]], how="left")
+        if rel.rel_excess.isna().any():
+            return None
+        return drift.assign(miss_observed=1.0 + rel.rel_excess.to_numpy(), miss_null_mean=1.0)
+    return at
+
+
+def drift_primary_scope(drift: pd.DataFrame, genre_labels: dict | None = None, n_boot: int = 2000,
+                        seed: int = 0) -> pd.DataFrame:
+    """The primary drift rule over all units, per model and per genre (both models pooled): one row per
+    scope with its units, each metric's mean relative excess and interval, and the value the rule tests."""
+    d = drift.copy()
+    d["genre"] = d.document.str.split(":").str[0]
+    labels = genre_labels or {}
+    scopes = [("both", "all genres", d)]
+    if "model" in d:
+        scopes += [(m, "all genres", g) for m, g in d.groupby("model", sort=False)]
+    scopes += [("both", labels.get(k, k), g) for k, g in d.groupby("genre", sort=False)]
+    rows = []
+    for model, scope, g in scopes:
+        dp = drift_primary(g, n_boot, seed)
+        row = dict(model=model, scope=scope, units=len(g))
+        for name, v in dp["metrics"].items():
+            row[f"{name} excess (mean)"] = v["mean"]
+            row[f"{name} 95% interval low"] = v["lo"]
+        row["value tested"] = dp["value"]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def primary_verdict(dp: dict) -> str:
+    """The primary drift rule's verdict from :func:`drift_primary`'s value, as ``claims.evaluate``
+    applies the declared threshold (0): the chapter checks that the two agree."""
+    v = dp["value"]
+    if not np.isfinite(v):
+        return "not testable"
+    return "reproduced" if v >= 0 else "not reproduced"
+
+
+def secondary_drift_label(dv: dict) -> str:
+    """The far-pair missed share's verdict under its own rule (``metrics.DRIFT_RULE``), labelled as the
+    secondary statistic it is since the primary rule (:data:`DRIFT_PRIMARY_RULE`) decides the claim."""
+    what = ("secondary (the former rule: the one-shot FMM at far pairs alone, the far-pair missed share; "
+            "not the ledger's verdict)")
+    if not np.isfinite(dv["lo"]):
+        return f"{what}: {dv['verdict']}"
+    return (f"{what}: {dv['verdict']} under its own rule, relative excess {dv['mean']:+.1%} (95% interval "
+            f"{dv['lo']:+.1%} to {dv['hi']:+.1%}, {dv['n_docs']} units)")
