@@ -14,7 +14,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from .. import cache, claims, data, report
+from .. import cache, claims, data, report, specs
 from .. import forward as costs
 from . import devices, study
 from . import search as S
@@ -730,6 +730,45 @@ def attention_frames(sweep: pd.DataFrame, abl: pd.DataFrame, *, models, ratios, 
     return bd, ab
 
 
+def ablation_at(base_model, ratios, output_tokens, *, gpu, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s,
+                budget, precision, af_over_scaleup, eff=None) -> pd.DataFrame:
+    """:func:`.study.ablation` (the same variants: routed experts per token and KV heads) with every cell
+    priced at the efficiencies ``eff`` (None: the stated ones, as :func:`.study.ablation`): claim (c)'s
+    ``ablation efficiencies`` end recomputes the ablation here."""
+    m = specs.model(base_model)
+    variants = []
+    if m.is_moe:
+        for k in sorted({1, 2, 4, 8, 16, 32, m.moe_active}):
+            if k <= m.moe_experts:
+                variants.append(("active experts", k, m.replace(name=f"{m.name} k={k}", moe_active=k)))
+    for kvh in sorted({1, 4, 16, m.n_kv_heads, m.n_heads}):
+        if m.n_heads % kvh == 0 and m.attention != "mla":
+            att = "mha" if kvh == m.n_heads else "gqa"
+            variants.append(("KV heads", kvh, m.replace(name=f"{m.name} kv={kvh}", n_kv_heads=kvh,
+                                                        attention=att)))
+    kw = {} if eff is None else {"eff": eff}
+    rows = []
+    hw = S.default_hardware(gpu)
+    for axis, val, spec in variants:
+        for r in ratios:
+            wl = S.Workload(max(1.0, round(r * output_tokens)), output_tokens)
+            slo = study.slo_for(wl.input_tokens, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s)
+            share = study.attention_share(spec, wl.input_tokens, wl.output_tokens, gpu, precision)
+            for row in study.run_cell(spec, gpu, hw, wl, slo, budget=budget, precision=precision,
+                                      objective="device", grid=study.gpu_grid(af_over_scaleup),
+                                      enforce_context=False, **kw):
+                row.update(axis=axis, value=val, ratio=r, attention_share=share)
+                rows.append(row)
+    return study.add_speedup(pd.DataFrame(rows), ["model", "ratio"])
+
+
+def ablation_rho(abl: pd.DataFrame) -> float:
+    """Claim (c)'s ablation term: the median over input/output ratios of the Spearman correlation of the
+    attention share with the best disaggregated speedup across the ablation's variants."""
+    ab = study.best_disagg(abl, ["axis", "value", "ratio", "attention_share"]).reset_index()
+    return float(study.within_ratio_rho(ab).median())
+
+
 def claim_c_stats(bd: pd.DataFrame, ab: pd.DataFrame, abl: pd.DataFrame) -> dict:
     """Rank correlations of the attention share with the best disaggregated speedup: pooled and within
     each ratio (median over ratios), in the sweep and in the ablation; PDAF alone in the ablation."""
@@ -839,12 +878,15 @@ def _at(stated, calibrated, by_price=None, by_slo=None):
     return f
 
 
-def claim_verdicts(ci_cal: dict, ci_raw: dict, rho_aw: float, rank_by_set: dict, pd_gain_slo: dict) -> dict:
+def claim_verdicts(ci_cal: dict, ci_raw: dict, rho_aw: float, rank_by_set: dict, pd_gain_slo: dict,
+                   rho_aw_cal: float | None = None) -> dict:
     """Claims (a)-(c) under their declared rules (``ch3_pd_gain``, ``ch3_pdaf_consistent``,
     ``ch3_attention_heavy``) from :func:`.study.claim_inputs` of the calibrated (``ci_cal``) and the
     stated-efficiency (``ci_raw``) sweeps, the ablation's within-ratio correlation ``rho_aw``, the
     rankings under each price model and claim (a)'s value at the TPOT SLO's declared ends
-    (``{"low": gain, "high": gain}``); robustness at every declared end."""
+    (``{"low": gain, "high": gain}``); robustness at every declared end (claim (c)'s ablation at the
+    calibrated efficiencies: ``rho_aw_cal``, :func:`ablation_rho` of :func:`ablation_at`; None: that end
+    is not assessed)."""
     ends = tpot_slo_ends()
     pd_gain, ranking = ci_cal["pd_gain"], ci_cal["ranking"]
     v_a = claims.evaluate("ch3_pd_gain", pd_gain, recompute=_at(
@@ -852,8 +894,15 @@ def claim_verdicts(ci_cal: dict, ci_raw: dict, rho_aw: float, rank_by_set: dict,
     v_b = claims.evaluate("ch3_pdaf_consistent", scores(ranking), recompute=_at(
         scores(ci_raw["ranking"]), scores(ranking), lambda m: scores(rank_by_set.get(m))))
     rho_c = min(ci_cal["rho_sweep"], rho_aw)  # NaN in either: not testable
-    v_c = claims.evaluate("ch3_attention_heavy", rho_c, recompute=_at(min(ci_raw["rho_sweep"], rho_aw),
-                                                                      rho_c))
+    at_c = _at(min(ci_raw["rho_sweep"], rho_aw), rho_c)
+
+    def c_at(name, val):
+        if name == "ablation efficiencies":
+            if val == "stated":
+                return rho_c
+            return None if rho_aw_cal is None else min(ci_cal["rho_sweep"], rho_aw_cal)
+        return at_c(name, val)
+    v_c = claims.evaluate("ch3_attention_heavy", rho_c, recompute=c_at)
     return {"a": v_a, "b": v_b, "c": v_c}
 
 

@@ -584,11 +584,30 @@ def admission(tr, dep, econ, admission_runs, admission_capacities_mtok, tier: st
     seconds = time.perf_counter() - t0
     acost = pd.DataFrame(adm.costs(tr, arows, dep, econ, tier))
     acost["run"] = acost["policy"] + " + " + acost["admission"]
+    acost["label"] = [run_label(p, a) for p, a in zip(acost["policy"], acost["admission"])]
     acost["capacity (M tokens)"] = acost["capacity_tokens"] / 1e6
     return {"capacities": acaps, "costs": acost, "seconds": seconds}
 
 
+OFFLINE_BOUND = "offline bound"
+OFFLINE_EVICTION = ("belady",)        # needs every block's next use: the future
+OFFLINE_ADMISSION = ("oracle_reuse",)  # needs every block's next reuse distance: the future
+
+
+def offline(policy: str, admission: str) -> bool:
+    """Whether an eviction + admission pair needs the future (Belady, the reuse oracle): an offline
+    bound for what a realisable policy could reach, never a policy to deploy."""
+    return policy in OFFLINE_EVICTION or admission in OFFLINE_ADMISSION
+
+
+def run_label(policy: str, admission: str) -> str:
+    """The run's name as tables and figures show it: an offline pair says it is the offline bound."""
+    run = f"{policy} + {admission}"
+    return f"{run} ({OFFLINE_BOUND})" if offline(policy, admission) else run
+
+
 def admission_table(acost: pd.DataFrame):
+    acost = acost.assign(run=acost["label"]) if "label" in acost else acost
     shown = acost[["run", "capacity (M tokens)", "token_hit_rate", "tb_written_per_h", "wear_usd_per_h",
                    "read_factor", "busy_usd_per_mtok", "seconds"]].rename(columns=ADMISSION_HEADERS)
     return shown.style.format({
@@ -612,9 +631,34 @@ def admission_numbers(acost: pd.DataFrame, acaps, tr) -> dict:
         runs[key] = {"hit": float(at.loc[run, "token_hit_rate"]) if ok else float("nan"),
                      "tb": float(at.loc[run, "tb_written_per_h"]) if ok else float("nan")}
     best_run = at["busy_usd_per_mtok"].idxmin()
+    real = at[[not offline(p, a) for p, a in zip(at["policy"], at["admission"])]]
+    best_real = real["busy_usd_per_mtok"].idxmin() if len(real) else None
+    gate = gate_savings(acost, mid)
     return {"capacity_tokens": mid * tr.block_size, "seconds_max": float(acost["seconds"].max()),
             "runs": runs,
-            "best": best_run, "best_cost": float(at.loc[best_run, "busy_usd_per_mtok"])}
+            "best": best_run, "best_label": at.loc[best_run, "label"] if "label" in at else best_run,
+            "best_cost": float(at.loc[best_run, "busy_usd_per_mtok"]),
+            "best_real": best_real if best_real is not None else "none simulated",
+            "best_real_cost": float(real.loc[best_real, "busy_usd_per_mtok"]) if best_real is not None
+            else float("nan"), "gate": gate}
+
+
+def gate_savings(acost: pd.DataFrame, capacity_blocks: int, eviction: str = "lru") -> dict:
+    """What frequency-gated demotion saves at ``capacity_blocks``: ``eviction + second_use`` (a block is
+    written to the drive only on its second use, NVIDIA Dynamo's frequency filter for disk offload)
+    against ``eviction + all`` (every miss written): the share of bytes written saved, the wear cost
+    saved per hour, the factor by which the drives' rated writes last longer, and the hit-rate change
+    (NaN where either run was not simulated)."""
+    at = acost[acost["capacity_blocks"] == capacity_blocks].set_index("run")
+    a, g = f"{eviction} + all", f"{eviction} + second_use"
+    if a not in at.index or g not in at.index:
+        nan = float("nan")
+        return {"write_saving": nan, "wear_saved_usd_per_h": nan, "life_x": nan, "hit_change": nan}
+    wa, wg = float(at.loc[a, "tb_written_per_h"]), float(at.loc[g, "tb_written_per_h"])
+    return {"write_saving": 1 - wg / wa if wa > 0 else float("nan"),
+            "wear_saved_usd_per_h": float(at.loc[a, "wear_usd_per_h"] - at.loc[g, "wear_usd_per_h"]),
+            "life_x": wa / wg if wg > 0 else float("inf"),
+            "hit_change": float(at.loc[g, "token_hit_rate"] - at.loc[a, "token_hit_rate"])}
 
 
 def routing(tr, hc, dep, routing_config, routing_instances, routing_policies, routing_load_scales,
@@ -634,6 +678,66 @@ def routing(tr, hc, dep, routing_config, routing_instances, routing_policies, ro
     return {"tiers": rtiers, "service": svc, "rows": rows, "seconds": seconds, "first_blocks": first_blocks}
 
 
+# The replay's single LRU stack cut at one instance's tiers: every instance sees every other's blocks but
+# holds one instance's capacity. Neither ideal nor a bound: routed instances together hold N times more.
+SINGLE_STACK = "single stack (one instance's tiers, shared)"
+
+
+CACHE_AWARE = ("prefix_affinity", "kv_aware")  # the routers a deployment with local caches would use
+
+
+def routed_sizing(tr, cmp: pd.DataFrame, r: dict, dep, econ, routing_config, routing_policies,
+                  max_instances: int, routing_load_slack_s, affinity_blocks) -> dict:
+    """The SLO-sized cluster of ``routing_config`` under each cache-aware router of ``routing_policies``
+    (each instance its own tiers and its own queue: :func:`analysis.tiering.replay.size_routed`), the
+    router a deployment would use (the cheapest cluster meeting the SLO), against the replay's sizing
+    on the single stack (``cmp``). ``r``: :func:`routing`."""
+    c = cmp.set_index("config")
+    t0 = time.perf_counter()
+    nan = float("nan")
+    rows = []
+    for policy in [p for p in routing_policies if p in CACHE_AWARE]:
+        o = rp.size_routed(tr, r["tiers"], dep, econ, policy, max_instances=max_instances,
+                           full_s=r["service"].nocache_s, load_slack_s=routing_load_slack_s,
+                           affinity_blocks=affinity_blocks, config=routing_config)
+        rows.append({"routing": policy, "instances": o.n_instances if o else nan,
+                     "cluster_usd_per_mtok": o.cluster_usd_per_mtok if o else nan,
+                     "hit_rate": o.hit_rate if o else nan, "ttft_p90_s": o.p90_s if o else nan})
+    table = pd.DataFrame(rows, columns=["routing", "instances", "cluster_usd_per_mtok", "hit_rate",
+                                        "ttft_p90_s"])
+    ok = table.dropna(subset=["cluster_usd_per_mtok"])
+    use = ok.loc[ok["cluster_usd_per_mtok"].idxmin()] if len(ok) else None
+    return {"config": routing_config, "label": tiering.CONFIGS[routing_config][0], "table": table,
+            "policy": use["routing"] if use is not None else "none",
+            "n": float(use["instances"]) if use is not None else nan,
+            "cluster_cost": float(use["cluster_usd_per_mtok"]) if use is not None else nan,
+            "hit": float(use["hit_rate"]) if use is not None else nan,
+            "single_n": float(c.loc[routing_config, "instances"]) if routing_config in c.index else nan,
+            "single_cost": float(c.loc[routing_config, "cluster_usd_per_mtok"]) if routing_config in c.index
+            else nan, "seconds": time.perf_counter() - t0}
+
+
+def routed_sizing_rows(s: dict) -> list:
+    """Glue rows of :func:`routed_sizing`."""
+    def n_text(n):
+        return f"{int(n)} instances" if n == n else "no cluster up to max_instances"
+    return [("ch2_route_slo_router", s["policy"].replace("_", " "), None),
+            ("ch2_route_slo_n", n_text(s["n"]), None),
+            ("ch2_route_slo_cost", s["cluster_cost"], "{:.3f} USD"),
+            ("ch2_route_slo_hit", s["hit"], "{:.1%}"),
+            ("ch2_route_slo_single_n", n_text(s["single_n"]), None),
+            ("ch2_route_slo_single_cost", s["single_cost"], "{:.3f} USD"),
+            ("ch2_route_slo_seconds", s["seconds"], "{:.1f} s")]
+
+
+def routed_sizing_table(s: dict):
+    shown = s["table"].rename(columns={"cluster_usd_per_mtok": "cluster cost (USD/M tokens)",
+                                       "hit_rate": "token hit rate (%)", "ttft_p90_s": "p90 TTFT (s)"})
+    return shown.style.format({"instances": "{:.0f}", "cluster cost (USD/M tokens)": "{:.3f}",
+                               "token hit rate (%)": "{:.1%}", "p90 TTFT (s)": "{:.2f}"},
+                              na_rep="–").hide(axis="index")
+
+
 def routing_replay(tr, cmp: pd.DataFrame, r: dict, dep, econ, routing_config, routing_policies, load_scale,
                    routing_load_slack_s, affinity_blocks) -> dict:
     """The replay's own cluster (SLO-sized for ``routing_config`` when it was compared, else the
@@ -645,7 +749,7 @@ def routing_replay(tr, cmp: pd.DataFrame, r: dict, dep, econ, routing_config, ro
     tokens = float(tr.input_tokens.sum())
     n_slo = c["instances"].get(routing_config, np.nan) if "instances" in c else np.nan
     n_rep = min(int(n_slo) if n_slo == n_slo else rp.busy_instances(svc_r, dur), tr.n_requests)
-    rep = [{"routing": "ideal (single stack)", "hit_rate": float(svc_r.hit_tokens.sum() / tokens),
+    rep = [{"routing": SINGLE_STACK, "hit_rate": float(svc_r.hit_tokens.sum() / tokens),
             "busy_usd_per_mtok": rp.busy_cost_per_mtok(svc_r, dep, econ, dur, tokens)}]
     for pol_name in routing_policies:
         s_, _ = rp.routed_service(tr, r["tiers"], dep, n_rep, pol_name, full_s=svc_r.nocache_s,
@@ -670,12 +774,12 @@ def routing_numbers(rrows: pd.DataFrame, rep: pd.DataFrame, routing_instances, r
     base_load = (rrows.load_scale == min(routing_load_scales)) | rrows.load_scale.isna()
     at_n = rrows[(rrows.n_instances == nmax) & base_load].set_index("policy")
     hit, share = at_n["token_hit_rate"], at_n["max_share"]
-    routed = rep.drop(index="ideal (single stack)")["hit_rate"]
+    routed = rep.drop(index=SINGLE_STACK)["hit_rate"]
     best = routed.idxmax()
     return {"nmax": nmax, "hit": {k: float(hit.get(k, np.nan)) for k in (
                 "pooled store", "round_robin", "kv_aware", "prefix_affinity")},
             "share": {k: float(share.get(k, np.nan)) for k in ("prefix_affinity", "kv_aware")},
-            "ideal_hit": float(rep.loc["ideal (single stack)", "hit_rate"]), "best": best,
+            "ideal_hit": float(rep.loc[SINGLE_STACK, "hit_rate"]), "best": best,
             "best_hit": float(rep.loc[best, "hit_rate"]), "worst_hit": float(routed.min())}
 
 
@@ -856,7 +960,15 @@ def admission_rows(an: dict) -> list:
     for key, run in an["runs"].items():
         rows += [(f"ch2_adm_{key}_hit", run["hit"], "{:.1%}"),
                  (f"ch2_adm_{key}_tb", run["tb"], "{:.1f} TB/h")]
-    return rows + [("ch2_adm_best", an["best"], None), ("ch2_adm_best_cost", an["best_cost"], "{:.3f} USD")]
+    g = an["gate"]
+    return rows + [("ch2_adm_best", an["best"], None), ("ch2_adm_best_cost", an["best_cost"], "{:.3f} USD"),
+                   ("ch2_adm_best_label", an["best_label"], None),
+                   ("ch2_adm_best_real", an["best_real"], None),
+                   ("ch2_adm_best_real_cost", an["best_real_cost"], "{:.3f} USD"),
+                   ("ch2_adm_gate_write_saving", g["write_saving"], "{:.0%}"),
+                   ("ch2_adm_gate_wear_saved", g["wear_saved_usd_per_h"], "{:.3f} USD per hour"),
+                   ("ch2_adm_gate_life_x", g["life_x"], "{:.1f}×"),
+                   ("ch2_adm_gate_hit_change", g["hit_change"] * 100, "{:+.1f} points")]
 
 
 FIG10_TRACES = {"mooncake_conversation": "conversation", "mooncake_toolagent": "tool&agent",

@@ -35,7 +35,7 @@ def fig_hit_curve(tr, hc, h: dict):
     for i, (p_name, g) in enumerate(h["policies"].groupby("policy")):
         ax.plot(g["capacity_blocks"] * tr.block_size, g["token_hit_rate"], marker=plots.MARKERS[i + 1], ls="",
                 color=plots.PALETTE[i + 1], ms=7,
-                label=f"{p_name.upper() if p_name == 'lfu' else 'Belady'} (sampled)")
+                label=f"{p_name.upper() if p_name == 'lfu' else 'Belady, the offline bound'} (sampled)")
     ax.axhline(hc.infinite_token_hit_rate, color="grey", lw=1)
     for x, lab in ((h["hbm_tok"], "HBM of one instance"), (h["local_dram"], "Mooncake: local DRAM 3M"),
                    (h["sat_pub"], "Mooncake: ~50M")):
@@ -176,11 +176,12 @@ def fig_writes(wr):
 def fig_admission(acost):
     """Hit rate and TB written per hour against store capacity for each eviction + admission run
     (``acost``: :func:`analysis.tiering.chapter.admission`'s costs)."""
-    runs = list(dict.fromkeys(acost["run"]))
+    col = "label" if "label" in acost else "run"  # offline pairs labelled as the offline bound
+    runs = list(dict.fromkeys(acost[col]))
     groups = plots.chunks(runs)
     fig, axes = plots.subplots(len(groups), 2, height=3.3 * len(groups) + 0.4, squeeze=False, sharex=True)
     for row, group in zip(axes, groups):
-        for run, g in acost.groupby("run", sort=False):
+        for run, g in acost.groupby(col, sort=False):
             if run in group:
                 kw = dict(label=run, **plots.series_style(group.index(run)))
             else:

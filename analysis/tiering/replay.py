@@ -331,9 +331,14 @@ def batched_ttft(
     return ttft
 
 
-def outcome(trace, svc: Service, d: Deployment, econ: Economics, n_instances: int) -> Outcome:
+def outcome(trace, svc: Service, d: Deployment, econ: Economics, n_instances: int,
+            ttft: np.ndarray | None = None) -> Outcome:
+    """The cluster of ``n_instances`` serving ``svc``: TTFT (a shared queue: any idle instance takes the
+    next request; ``ttft`` when given, e.g. :func:`routed_ttft`), attainment, hit rates and costs."""
     arr = trace.arrival_s / econ.load_scale
-    if econ.chunk_tokens:
+    if ttft is not None:
+        ttft = np.asarray(ttft, dtype=float)
+    elif econ.chunk_tokens:
         ttft = batched_ttft(trace, svc, d, arr, n_instances, econ.chunk_tokens)
     else:
         start = fcfs_start_times(arr, svc.service_s, n_instances)
@@ -388,6 +393,60 @@ def size_for_slo(
         else:
             lo = mid + 1
     return best if best.n_instances == hi else outcome(trace, svc, d, econ, hi)
+
+
+def routed_ttft(trace, svc: Service, d: Deployment, econ: Economics, assignment) -> np.ndarray:
+    """TTFT when every request waits for the instance ``assignment`` gives it (a router cannot hand it
+    to another idle instance): each instance serves its own requests with continuous batching and
+    chunked prefill (:func:`batched_ttft` on one instance), or first come first served when
+    ``econ.chunk_tokens`` is 0."""
+    assignment = np.asarray(assignment)
+    if assignment.shape != (trace.n_requests,):
+        raise ValueError(f"assignment must give one instance per request ({trace.n_requests}), "
+                         f"got shape {assignment.shape}")
+    arr = trace.arrival_s / econ.load_scale
+    ttft = np.empty(trace.n_requests)
+    for i in np.unique(assignment):
+        sel = np.flatnonzero(assignment == i)
+        if econ.chunk_tokens:
+            sub = dataclasses.replace(svc, hit_tokens=svc.hit_tokens[sel], load_s=svc.load_s[sel])
+            part = _Inputs(trace.input_tokens[sel])
+            ttft[sel] = batched_ttft(part, sub, d, arr[sel], 1, econ.chunk_tokens)
+        else:
+            s = svc.service_s[sel]
+            ttft[sel] = fcfs_start_times(arr[sel], s, 1) - arr[sel] + s
+    return ttft
+
+
+@dataclass
+class _Inputs:
+    input_tokens: np.ndarray
+
+
+def size_routed(trace, tiers, d: Deployment, econ: Economics, policy: str, *, max_instances: int = 64,
+                full_s=None, load_slack_s: float = 1.0, affinity_blocks: int = 2, seed: int = 0,
+                config: str = "") -> Outcome | None:
+    """The smallest cluster meeting the attainment target when its requests are routed by ``policy``
+    to instances with their own local ``tiers`` (:func:`routed_service`: each instance's hits from its
+    own stack) and each waits in its instance's queue (:func:`routed_ttft`); None if even
+    ``max_instances`` fail. Hits change with the number of instances, so sizes are tried upward from
+    the fewest whose busy time fits the trace's duration."""
+    duration = max(float(trace.arrival_s[-1] / econ.load_scale), 1.0)
+    n = 1
+    while n <= min(max_instances, trace.n_requests):
+        svc, r = routed_service(trace, tiers, d, n, policy, full_s=full_s, load_scale=econ.load_scale,
+                                load_slack_s=load_slack_s, seed=seed, affinity_blocks=affinity_blocks,
+                                config=config)
+        lo = math.ceil(svc.service_s.sum() / duration)  # fewer would never catch up
+        if lo > n:
+            n = lo
+            continue
+        o = outcome(trace, svc, d, econ, n, ttft=routed_ttft(trace, svc, d, econ, r["assignment"]))
+        o.extra["routing"] = policy
+        if o.attainment >= econ.attainment_target:
+            return o
+        n += 1
+    return None
 
 
 def compare(trace, hc: HitCurve, d: Deployment, econ: Economics, configs=None, max_instances: int = 64):
