@@ -10,6 +10,11 @@ is executed again; the build says which pages re-execute and which changed files
 build treats warnings (and unresolved references, nitpicky) as errors; when a page fails, it ends by
 printing, for each failed page, the exception and the last frames of its traceback, with a hint for
 known errors.
+
+An interrupted build (Ctrl-C) keeps every page that finished executing in the cache; the next build
+executes only the others. A cache record whose notebook an interruption left missing or half
+written is removed before the build (that page executes again), so it can neither stop the build
+nor show a truncated page.
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ import time
 from pathlib import Path
 
 from . import deps, execute
+from .artifacts import atomic_write
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILD = REPO_ROOT / "_build"
@@ -63,6 +69,27 @@ def changed_pages(old: dict, new: dict) -> dict[str, list[str]]:
     return out
 
 
+def _remove_record(cache, rec) -> None:
+    """Remove a jupyter-cache record and its folder, even when its notebook file is missing (where
+    jupyter-cache's ``remove_cache`` raises)."""
+    from jupyter_cache.cache.db import NbCacheRecord  # optional heavy dependency
+
+    shutil.rmtree(Path(cache.path) / "executed" / rec.hashkey, ignore_errors=True)
+    NbCacheRecord.remove_records([rec.pk], cache.db)
+
+
+def broken_records(cache) -> list:
+    """The cache records whose executed notebook is missing or does not read whole: jupyter-cache
+    records a page before it writes the notebook, so a build interrupted in between leaves one."""
+    out = []
+    for rec in cache.list_cache_records():
+        try:
+            cache.get_cache_bundle(rec.pk)
+        except Exception:  # KeyError (no file), NotJSONError / ValueError (half written)
+            out.append(rec)
+    return out
+
+
 def invalidate(verbose: bool = True) -> dict[str, list[str]]:
     """Remove the jupyter-cache records of the pages whose key changed (and of files no longer a
     page); record the new keys. Returns the changed pages with their changed dependencies."""
@@ -77,20 +104,23 @@ def invalidate(verbose: bool = True) -> dict[str, list[str]]:
         from jupyter_cache import get_cache  # optional heavy dependency
 
         cache = get_cache(str(JCACHE))
+        for rec in broken_records(cache):
+            _remove_record(cache, rec)
+            if verbose:
+                print(f"  removed a half-written cache entry of {Path(rec.uri).name} (an interrupted "
+                      "build): it executes again")
         for rec in cache.list_cache_records():
             try:
                 page = _rel(Path(rec.uri))
             except ValueError:
                 page = None  # a record of another checkout: nothing vouches for it
             if page is None or page not in new or page in changed:
-                cache.remove_cache(rec.pk)
+                _remove_record(cache, rec)
                 removed.append(page or rec.uri)
             else:
                 cached.add(page)
     BUILD.mkdir(exist_ok=True)
-    tmp = KEYS.with_suffix(".tmp")
-    tmp.write_text(json.dumps(new, indent=1, sort_keys=True))
-    tmp.replace(KEYS)
+    atomic_write(KEYS, json.dumps(new, indent=1, sort_keys=True))
     OLD_STAMP.unlink(missing_ok=True)
     if verbose:
         for page in new:
@@ -195,7 +225,33 @@ def print_failures(failures: dict[str, dict], file=None) -> None:
             print(f"  hint: {s['hint']}", file=file)
 
 
+INTERRUPTED = ("build interrupted: the pages that finished executing are cached; `make book` again "
+               "executes only the others")
+
+
+def _run_interruptible(cmd, **kw) -> int:
+    """``subprocess.call``, except that on Ctrl-C the child (which got the SIGINT too) is given time
+    to stop by itself, so that it does not die mid-write; a second Ctrl-C kills it."""
+    with subprocess.Popen(cmd, **kw) as proc:
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            try:
+                proc.wait(timeout=60)
+            except (KeyboardInterrupt, subprocess.TimeoutExpired):
+                proc.kill()
+            raise
+
+
 def main(argv=None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print(f"\n{INTERRUPTED}", file=sys.stderr)
+        return 130
+
+
+def _main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m analysis.build", description=__doc__.split("\n\n")[0])
     ap.add_argument("--builder", default="html", help="html (default) or linkcheck")
     ap.add_argument("--no-strict", action="store_true", help="do not treat warnings as errors")
@@ -212,7 +268,7 @@ def main(argv=None) -> int:
         shutil.rmtree(REPORTS)  # reports of earlier builds would be mistaken for this one's
     if a.builder == "html" and jobs > 1:
         # the pages the cache lacks run in parallel now; Sphinx then reads every page from the cache
-        failed = execute.preexecute(pages(), JCACHE, jobs=jobs)
+        failed = execute.preexecute(pages(), JCACHE, jobs=jobs, root=REPO_ROOT)
         if failed:
             for path, tb in failed.items():
                 rep = REPORTS / (_rel(Path(path)).rsplit(".", 1)[0] + ".err.log")
@@ -231,7 +287,7 @@ def main(argv=None) -> int:
     env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
     t_start = time.time()
     t0 = time.perf_counter()
-    rc = subprocess.call(cmd, cwd=REPO_ROOT, env=env)
+    rc = _run_interruptible(cmd, cwd=REPO_ROOT, env=env)
     print(f"jupyter-book {a.builder} build finished in {time.perf_counter() - t0:.0f} s with exit code {rc}")
     failures = failure_reports(since=t_start - 1)
     print_failures(failures)
