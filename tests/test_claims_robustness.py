@@ -4,6 +4,7 @@ recomputes: at every declared end it returns a value other than the default one 
 that end cannot move it)."""
 import math
 
+import pandas as pd
 import pytest
 
 from analysis import claims
@@ -162,3 +163,52 @@ def test_eq2_flop_conventions_count_what_they_say():
     assert C.eq2_flops(m.name, n, "non-causal attention") == pytest.approx(full + core * (n - 1) / (n + 1))
     with pytest.raises(ValueError, match="FLOP convention"):
         C.eq2_flops(m.name, n, "nope")
+
+
+# ------------------------------------------------------------------------------------------ chapter 3
+
+ABL = dict(base_model="Qwen3-30B-A3B", ratios=[4.0], output_tokens=256, gpu="H100-SXM5-80GB", ttft_slo_s=2.0,
+           ttft_slo_s_per_1k_input=0.25, tpot_slo_s=0.05, budget=8, precision="fp8", af_over_scaleup=True)
+
+
+def test_chapter3_ablation_is_recomputed_at_other_efficiencies():
+    """Claim (c)'s minimum is the ablation's correlation: its 'ablation efficiencies' end reprices every
+    ablation cell (the same variants as study.ablation), so the cells' speedups move."""
+    from analysis import forward
+    from analysis.disagg import chapter as ch
+    from analysis.disagg import study
+    stated = ch.ablation_at(**ABL)
+    pd.testing.assert_frame_equal(stated.reset_index(drop=True), study.ablation(**ABL).reset_index(drop=True))
+    other = ch.ablation_at(**ABL, eff=forward.Efficiency().replace(compute=0.3))
+    assert list(other["model"]) == list(stated["model"])
+    assert (other["speedup"] - stated["speedup"]).abs().max() > 1e-3
+
+
+def _ci(gain, rho, first="PD"):
+    return {"pd_gain": gain, "ranking": [first, "PDAF"] + [m for m in ("PD", "AF", "3-way") if m != first],
+            "rho_sweep": rho}
+
+
+def test_chapter3_callbacks_recompute_at_every_end():
+    from analysis.disagg import chapter as ch
+    slo = {"low": 0.3, "high": 1.73}
+    by_price = {"power-law": ["PDAF", "PD", "AF", "3-way"], "gpu-fit": ["AF", "PD", "PDAF", "3-way"]}
+    v = ch.claim_verdicts(_ci(0.75, 0.39), _ci(1.2, 0.2, "AF"), -0.11, by_price, slo, rho_aw_cal=0.6)
+    # every end gives another value than the default: (a) at the stated sweep and both SLO ends...
+    assert [f[:2] for f in v["a"].flips] == [("efficiencies", "stated"), ("TPOT SLO (s)", 0.025),
+                                             ("TPOT SLO (s)", 0.1)]
+    assert {f[:2] for f in v["b"].flips} == {("NPU price model", "power-law"), ("NPU price model", "gpu-fit")}
+    # (c): the sweep at the stated efficiencies (+0.20 against the ablation's -0.11: the minimum stays) and
+    # the ablation recomputed at the calibrated ones (+0.6: the minimum becomes the sweep's +0.39)
+    assert [f[:2] for f in v["c"].flips] == [("ablation efficiencies", "calibrated")]
+    none = ch.claim_verdicts(_ci(0.75, 0.39), _ci(1.2, 0.2), -0.11, by_price, slo)
+    assert "not assessed at ablation efficiencies = calibrated" in none["c"].robustness
+
+
+def test_chapter3_validation_cells_recompute_at_the_stated_efficiencies():
+    from analysis.disagg import chapter as ch
+    row = pd.Series({"raw": 4265.0, "simulated": 4251.0})
+    f = ch._stated_or(row)
+    for cid in ("ch3_val_step3_afd", "ch3_val_dsv3_decode"):
+        for name, end, s in _ends(cid):
+            assert f(name, end) != f(name, s["default"]) == row["simulated"], (cid, end)
