@@ -131,6 +131,9 @@ def test_routed_sizing_is_the_smallest_cluster_meeting_the_slo(setup):
     o = R.size_routed(tr, tiers, dep, econ, "round_robin", max_instances=32)
     assert o is not None and o.attainment >= econ.attainment_target
     assert o.extra["routing"] == "round_robin"
+    # searching down from a larger start finds the same size
+    assert R.size_routed(tr, tiers, dep, econ, "round_robin", max_instances=32,
+                         start=o.n_instances + 3).n_instances == o.n_instances
     duration = max(float(tr.arrival_s[-1] / econ.load_scale), 1.0)
     if o.n_instances > 1:  # one fewer misses the target, or its busy time cannot fit the trace (the
         # chapter's convention, as the single-stack sizing's)

@@ -696,10 +696,12 @@ def routed_sizing(tr, cmp: pd.DataFrame, r: dict, dep, econ, routing_config, rou
     t0 = time.perf_counter()
     nan = float("nan")
     rows = []
+    n0 = c["instances"].get(routing_config, np.nan) if "instances" in c else np.nan
+    start = int(n0) if n0 == n0 else 1  # search from the single stack's size
     for policy in [p for p in routing_policies if p in CACHE_AWARE]:
         o = rp.size_routed(tr, r["tiers"], dep, econ, policy, max_instances=max_instances,
                            full_s=r["service"].nocache_s, load_slack_s=routing_load_slack_s,
-                           affinity_blocks=affinity_blocks, config=routing_config)
+                           affinity_blocks=affinity_blocks, config=routing_config, start=start)
         rows.append({"routing": policy, "instances": o.n_instances if o else nan,
                      "cluster_usd_per_mtok": o.cluster_usd_per_mtok if o else nan,
                      "hit_rate": o.hit_rate if o else nan, "ttft_p90_s": o.p90_s if o else nan})
@@ -1075,6 +1077,14 @@ def _per_trace(n: dict, fmt) -> str:
     return "; ".join(parts)
 
 
+def _oblivious_text(v: dict) -> str:
+    s = v["oblivious_share"]
+    if 0 <= s <= 1:
+        return f"{s:.0%}"
+    return ("not estimable (the paper's local hit rate lies outside the range from random placement to "
+            "this router)")
+
+
 def fig10_rows(n: dict, verdicts: dict) -> list:
     """Glue rows ``(key, text, None)`` of the Figure 10 prose (``n``: :func:`fig10_numbers`)."""
     pct = "{:.1%}".format
@@ -1096,5 +1106,5 @@ def fig10_rows(n: dict, verdicts: dict) -> list:
         ("ch2_fig10_prefix_only_text", _per_trace(n, lambda v: pct(v["local_hit_prefix_only"])), None),
         ("ch2_fig10_slack0_text", _per_trace(n, lambda v: pct(v["local_hit_slack0"])), None),
         ("ch2_fig10_random_text", _per_trace(n, lambda v: pct(v["local_hit_random"])), None),
-        ("ch2_fig10_oblivious_text", _per_trace(n, lambda v: f"{v['oblivious_share']:.0%}"), None),
+        ("ch2_fig10_oblivious_text", _per_trace(n, _oblivious_text), None),
     ]

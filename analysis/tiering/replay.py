@@ -425,27 +425,40 @@ class _Inputs:
 
 def size_routed(trace, tiers, d: Deployment, econ: Economics, policy: str, *, max_instances: int = 64,
                 full_s=None, load_slack_s: float = 1.0, affinity_blocks: int = 2, seed: int = 0,
-                config: str = "") -> Outcome | None:
+                config: str = "", start: int = 1) -> Outcome | None:
     """The smallest cluster meeting the attainment target when its requests are routed by ``policy``
     to instances with their own local ``tiers`` (:func:`routed_service`: each instance's hits from its
     own stack) and each waits in its instance's queue (:func:`routed_ttft`); None if even
-    ``max_instances`` fail. Hits change with the number of instances, so sizes are tried upward from
-    the fewest whose busy time fits the trace's duration."""
+    ``max_instances`` fail. As in :func:`size_for_slo`, a size whose busy time exceeds the trace's
+    duration never qualifies. Hits change with the number of instances, so sizes are tried one by one
+    from ``start`` (e.g. the single stack's size): downward while the smaller one still meets the
+    target, else upward."""
     duration = max(float(trace.arrival_s[-1] / econ.load_scale), 1.0)
-    n = 1
-    while n <= min(max_instances, trace.n_requests):
-        svc, r = routed_service(trace, tiers, d, n, policy, full_s=full_s, load_scale=econ.load_scale,
-                                load_slack_s=load_slack_s, seed=seed, affinity_blocks=affinity_blocks,
-                                config=config)
-        lo = math.ceil(svc.service_s.sum() / duration)  # fewer would never catch up
-        if lo > n:
-            n = lo
-            continue
-        o = outcome(trace, svc, d, econ, n, ttft=routed_ttft(trace, svc, d, econ, r["assignment"]))
-        o.extra["routing"] = policy
-        if o.attainment >= econ.attainment_target:
-            return o
+    top = min(max_instances, trace.n_requests)
+    memo: dict = {}
+
+    def at(n):
+        if n not in memo:
+            svc, r = routed_service(trace, tiers, d, n, policy, full_s=full_s, load_scale=econ.load_scale,
+                                    load_slack_s=load_slack_s, seed=seed, affinity_blocks=affinity_blocks,
+                                    config=config)
+            if math.ceil(svc.service_s.sum() / duration) > n:  # fewer would never catch up
+                memo[n] = None
+            else:
+                o = outcome(trace, svc, d, econ, n, ttft=routed_ttft(trace, svc, d, econ, r["assignment"]))
+                o.extra["routing"] = policy
+                memo[n] = o if o.attainment >= econ.attainment_target else None
+        return memo[n]
+
+    n = max(1, min(int(start), top))
+    if at(n) is not None:
+        while n > 1 and at(n - 1) is not None:
+            n -= 1
+        return at(n)
+    while n < top:
         n += 1
+        if at(n) is not None:
+            return at(n)
     return None
 
 
