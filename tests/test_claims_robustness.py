@@ -212,3 +212,60 @@ def test_chapter3_validation_cells_recompute_at_the_stated_efficiencies():
     for cid in ("ch3_val_step3_afd", "ch3_val_dsv3_decode"):
         for name, end, s in _ends(cid):
             assert f(name, end) != f(name, s["default"]) == row["simulated"], (cid, end)
+
+
+# ------------------------------------------------------------------------------------------ chapter 5
+
+SHARE_KEYS = ("share_off_hbm", "share_qevict", "share_compressed", "share_disagg")
+
+
+def _found(scale):
+    """Findings of perturbed maps: each share is the default's times ``scale[perturbation]``."""
+    return pd.DataFrame([{"perturbation": p, **{k: 0.6 * f for k in SHARE_KEYS}} for p, f in scale.items()])
+
+
+def test_chapter5_share_recompute_reads_each_recomputed_map():
+    from analysis.compose import chapter as cc
+    from analysis.compose import decide
+    F = dict.fromkeys(SHARE_KEYS, 0.6)
+    labels = {p.label: 1.0 + 0.1 * (i + 1) for i, p in enumerate(decide.declared_perturbations())}
+    found = _found({"declared values": 1.0, **labels})
+    other = {"other": "chapter 4", "findings": dict.fromkeys(SHARE_KEYS, 0.2)}
+    for cid, key in cc.SHARE_CLAIMS:
+        f = cc.share_recompute(key, F, found, other)
+        for name, end, s in _ends(cid):
+            assert f(name, end) is not None and _differs(f(name, end), F[key]), (cid, name, end)
+    # an end the chapter did not compute (its ranges are parameters) is not assessed, never the default
+    f = cc.share_recompute("share_off_hbm", F, found.iloc[:1], None)
+    assert f("GPU rent (x)", 0.8) is None and f("fidelity source", "chapter 4") is None
+    v = claims.evaluate("ch5_tiering_share", 0.6, recompute=f)
+    assert v.robustness.startswith("robustness not assessed")
+
+
+def test_chapter5_arch_ratio_is_each_share_priced_on_its_own():
+    from analysis.compose import chapter as cc
+    sweep = pd.DataFrame({"value": [0.0, 0.25, 0.5, 0.75], "group": "best",
+                          "usd_per_mtok": [1.0, 0.95, 0.85, 0.7]})
+    assert cc.arch_ratio(sweep, 0.75) == pytest.approx(0.3 / 0.75)
+    for name, end, s in _ends("ch5_arch_cost"):
+        assert _differs(cc.arch_ratio(sweep, end), cc.arch_ratio(sweep, s["default"])), end
+    assert math.isnan(cc.arch_ratio(sweep, 0.6))
+    v = cc.arch_verdict(0.3, 0.75, sweep)
+    assert "not assessed" not in v.robustness and v.robustness.startswith(("robust", "fragile"))
+
+
+def test_chapter5_kimi_recomputes_at_each_end():
+    """The GPU alternative moves the speedup; the TPOT SLO's ends are recomputed (a plan search each) but
+    cannot move it at 1M tokens, where both plans are memory-bound, and the rule says so."""
+    from analysis.compose import chapter as cc
+    k = cc.kimi_decode(1048576, 1000, "H100-SXM5-80GB", 0.1, 64)
+    v = cc.kimi_verdict(k)
+    assert v.verdict != claims.NOT_TESTABLE and "not assessed" not in v.robustness
+    for name, end, s in _ends("ch5_kimi_decode"):
+        if name == "GPU":
+            assert _differs(k["at_gpu"][end], k["at_gpu"][s["default"]]), end
+        else:
+            assert end in k["at"] and "memory-bound" in s["why"], end
+    # another context: the published 6x is for 1M tokens, so nothing to compare with (item 4)
+    short = cc.kimi_verdict({**k, "context": 131072})
+    assert short.verdict == claims.NOT_TESTABLE and "no published figure for this setting" in short.label

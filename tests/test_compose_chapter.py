@@ -296,23 +296,17 @@ def test_kimi_decode_ratios_and_rows():
     assert cc.kimi_rows(nan, 0.1)[2][2].startswith("n/a")
 
 
-def test_share_verdicts_recompute_at_the_declared_ssd_price_ends(monkeypatch):
-    cells = pd.DataFrame({"ssd_price_factor": [0.5, 1.0, 4.0]})
-    seen = []
-
-    def findings(sub):
-        seen.append(float(sub["ssd_price_factor"].iloc[0]))
-        return dict.fromkeys(
-            ("share_off_hbm", "share_qevict", "share_compressed", "share_disagg"),
-            0.0 if seen[-1] == 4.0 else 0.9,
-        )
-
-    monkeypatch.setattr(cc.decide, "map_findings", findings)
-    F = dict.fromkeys(("share_off_hbm", "share_qevict", "share_compressed", "share_disagg"), 0.9)
-    vs = cc.share_verdicts(F, cells)
-    assert sorted(seen) == sorted(cc.SSD_PRICE_ENDS)
+def test_share_verdicts_recompute_on_the_maps_at_the_declared_ends():
+    """(issue 28) the ends are maps recomputed by decide.map_uncertainty (``found``) and the map judged
+    with the other fidelity source, not slices of the default map (tests/test_claims_robustness.py)."""
+    keys = ("share_off_hbm", "share_qevict", "share_compressed", "share_disagg")
+    F = dict.fromkeys(keys, 0.9)
+    found = pd.DataFrame([{"perturbation": p, **dict.fromkeys(keys, 0.0 if "× 2" in p else 0.9)}
+                          for p in ("declared values", "GPU rent × 0.8", "GPU rent × 1.25",
+                                    "off-HBM tier prices × 0.5", "off-HBM tier prices × 2")])
+    vs = cc.share_verdicts(F, found, {"other": "chapter 4", "findings": F})
     assert [v.claim_id for v in vs] == [c for c, _ in cc.SHARE_CLAIMS]
-    assert all(v.robustness.startswith("fragile") for v in vs)  # the share collapses at the high end
+    assert all(v.robustness == "fragile: not reproduced when off-HBM tier prices (x) = 2" for v in vs)
 
 
 def test_arch_verdict_divides_by_the_linear_share():

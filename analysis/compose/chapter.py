@@ -638,16 +638,19 @@ def xfer_rows(sweep_xfer: pd.DataFrame, modes, transfer_overheads) -> list:
 
 KIMI_MODEL = "Kimi-Linear-48B-A3B"
 KIMI_TPOT_ENDS = (0.5, 2.0)  # the declared TPOT-SLO ends (data/claims.yaml, ch5_kimi_decode)
+KIMI_GPU_ENDS = ("B200-SXM-180GB",)  # the declared GPU alternative (data/claims.yaml, ch5_kimi_decode)
 
 
 def kimi_decode(
-    context_tokens: int, output_tokens: int, gpu: str, tpot_slo_s: float, budget: int, ends=KIMI_TPOT_ENDS
+    context_tokens: int, output_tokens: int, gpu: str, tpot_slo_s: float, budget: int, ends=KIMI_TPOT_ENDS,
+    gpu_ends=KIMI_GPU_ENDS,
 ) -> dict:
     """Kimi Linear against the same model with MLA on every layer at a ``context_tokens`` context
     (capped by the model's window): chapter 3's best decode throughput per device of each
     (``table``), the ratio of the two (``speedup``) and of their single-sequence TPOTs
-    (``tpot_ratio``), the speedup at each TPOT SLO factor of ``ends`` and 1 (``at``), and the
-    context (``context``: prompt + output tokens)."""
+    (``tpot_ratio``), the speedup at each TPOT SLO factor of ``ends`` and 1 (``at``) and on each GPU of
+    ``gpu_ends`` and ``gpu`` (``at_gpu``), each a decode-plan search of its own, and the context
+    (``context``: prompt + output tokens)."""
     kl = specs.model(KIMI_MODEL)
     kl_full = kl.replace(n_linear_layers=0)
     ctx = min(context_tokens, kl.max_context) - output_tokens
@@ -674,7 +677,13 @@ def kimi_decode(
             for m in (kl, kl_full)
         ]
         at[f] = r_[0]["tokens_per_s_per_device"] / r_[1]["tokens_per_s_per_device"]
+    at_gpu = {gpu: speedup}
+    for g in gpu_ends:
+        r_ = [decide.decode_throughput(m, ctx, output_tokens, g, tpot_slo_s, budget=budget)
+              for m in (kl, kl_full)]
+        at_gpu[g] = r_[0]["tokens_per_s_per_device"] / r_[1]["tokens_per_s_per_device"]
     return {
+        "at_gpu": at_gpu,
         "table": table,
         "speedup": speedup,
         "tpot_ratio": tpot_ratio,
@@ -685,8 +694,12 @@ def kimi_decode(
 
 def kimi_verdict(k: dict):
     """The verdict of ``ch5_kimi_decode`` on :func:`kimi_decode`'s speedup, recomputed at the declared
-    TPOT-SLO ends."""
-    return claims.evaluate("ch5_kimi_decode", k["speedup"], recompute=lookup(k["at"]))
+    TPOT-SLO ends (each a decode-plan search at that SLO, in :func:`kimi_decode`); compared with the
+    published 6x only at the context it was published for (1M tokens): at another context, not testable."""
+    def recompute(name, val):
+        return k["at_gpu"].get(val) if name == "GPU" else k["at"].get(val)
+    return claims.evaluate("ch5_kimi_decode", k["speedup"], setting={"context_tokens": int(k["context"])},
+                           recompute=recompute)
 
 
 def kimi_rows(k: dict, tpot_slo_s: float) -> list:
@@ -712,24 +725,72 @@ SHARE_CLAIMS = (
     ("ch5_compressed_share", "share_compressed"),
     ("ch5_disagg_share", "share_disagg"),
 )
-SSD_PRICE_ENDS = (0.5, 4.0)  # the declared SSD-price ends of the share claims (data/claims.yaml)
+# the share claims' sensitivity names (data/claims.yaml) -> the label of the perturbed map that
+# decide.map_uncertainty recomputed at that end (decide.declared_perturbations)
+SHARE_PERTURBATIONS = {"GPU rent (x)": "GPU rent × {:g}",
+                       "off-HBM tier prices (x)": "off-HBM tier prices × {:g}"}
 
 
-def share_verdicts(findings: dict, cells: pd.DataFrame, ends=SSD_PRICE_ENDS) -> tuple:
+def grid_setting(contexts, hit_rates, ssd_price_factors) -> str:
+    """The decision map's grid in words: the setting a share threshold of data/claims.yaml belongs to
+    (a share of cells depends on which cells the grid holds)."""
+    def f(xs):
+        return ", ".join(f"{float(x):g}" for x in xs)
+    return f"contexts {f(contexts)}; hit rates {f(hit_rates)}; SSD price factors {f(ssd_price_factors)}"
+
+
+def share_recompute(key: str, findings: dict, found: pd.DataFrame, other: dict | None = None):
+    """``recompute(name, value)`` of a share claim: the share ``key`` of the map recomputed by
+    :func:`~analysis.compose.decide.map_uncertainty` at one end of a declared range (``found``: its
+    findings, one row per perturbed map), or of the map judged with the other fidelity source
+    (``other``: :func:`other_source_map`); None where the chapter did not compute that map (its ranges
+    are parameters), so the end is reported as not assessed."""
+    def recompute(name, val):
+        if name in SHARE_PERTURBATIONS:
+            row = found[found["perturbation"] == SHARE_PERTURBATIONS[name].format(float(val))]
+            return float(row[key].iloc[0]) if len(row) else None
+        if name == "fidelity source":
+            if other is None:
+                return None
+            return float(other["findings"][key]) if val == other["other"] else float(findings[key])
+        raise KeyError(f"unknown sensitivity {name!r} of the share claims: declare one of "
+                       f"{[*SHARE_PERTURBATIONS, 'fidelity source']}")
+    return recompute
+
+
+def share_verdicts(findings: dict, found: pd.DataFrame, other: dict | None = None,
+                   grid: str | None = None) -> tuple:
     """The verdicts of the four share claims (:data:`SHARE_CLAIMS`: tiering, QEvict's ladder,
-    compression, disaggregation) on the map's ``findings``, each recomputed over the cells at one
-    SSD price factor of ``ends``."""
-    at = {f: decide.map_findings(cells[cells["ssd_price_factor"] == f]) for f in ends}
+    compression, disaggregation) on the map's ``findings``, each recomputed on the maps computed at the
+    declared ends (:func:`share_recompute`); ``grid`` (:func:`grid_setting`): the map's grid, judged
+    against the grid each threshold was declared for (another grid: not testable)."""
+    setting = None if grid is None else {"grid": grid}
     return tuple(
-        claims.evaluate(cid, findings[key], recompute=lookup({f: at[f][key] for f in at}))
+        claims.evaluate(cid, findings[key], setting=setting,
+                        recompute=share_recompute(key, findings, found, other))
         for cid, key in SHARE_CLAIMS
     )
 
 
-def arch_verdict(lin_reduction: float, lin_share: float):
+def arch_ratio(sweep_lin: pd.DataFrame, share: float) -> float:
+    """``ch5_arch_cost``'s value at one linear-attention share of the sweep (each share priced on its own
+    model by :func:`sensitivity_sweeps`): the cost reduction against no linear layer, per unit of KV
+    reduction (the share); nan where the sweep has no such share."""
+    best = sweep_lin[sweep_lin["group"] == "best"].set_index("value")["usd_per_mtok"]
+    match = [v for v in best.index if np.isclose(float(v), float(share))]
+    if share <= 0 or not match or not len(best):
+        return float("nan")
+    return (1 - float(best[match[0]]) / float(best.iloc[0])) / float(share)
+
+
+def arch_verdict(lin_reduction: float, lin_share: float, sweep_lin: pd.DataFrame | None = None):
     """The verdict of ``ch5_arch_cost``: the cost reduction per unit of KV reduction (the share of
-    layers made linear), nan when no layer is."""
-    return claims.evaluate("ch5_arch_cost", lin_reduction / lin_share if lin_share > 0 else float("nan"))
+    layers made linear), nan when no layer is; recomputed at the other declared shares from
+    ``sweep_lin`` (None: not assessed)."""
+    def at(name, share):
+        return None if sweep_lin is None else arch_ratio(sweep_lin, share)
+    return claims.evaluate("ch5_arch_cost", lin_reduction / lin_share if lin_share > 0 else float("nan"),
+                           recompute=at)
 
 
 # ----------------------------------------------------------------------- map set-up
