@@ -264,11 +264,11 @@ def test_routing_and_numbers(real, replayed):
     rr = C.routing_replay(tr, cmp, ro, d, econ, "dram", ["round_robin", "kv_aware"], 1.0, 1.0, 2)
     assert rr["n_instances"] == int(cmp.set_index("config").loc["dram", "instances"])
     rep = rr["table"]
-    assert rep.loc["ideal (single stack)", "hit_rate"] == pytest.approx(
+    assert rep.loc[C.SINGLE_STACK, "hit_rate"] == pytest.approx(
         float(ro["service"].hit_tokens.sum() / tr.input_tokens.sum())
     )
     n = C.routing_numbers(ro["rows"], rep, [1, 2], [1.0])
-    assert n["nmax"] == 2 and n["best_hit"] == rep.drop(index="ideal (single stack)")["hit_rate"].max()
+    assert n["nmax"] == 2 and n["best_hit"] == rep.drop(index=C.SINGLE_STACK)["hit_rate"].max()
     # one instance routes nothing: every policy equals the pooled store of the same capacity
     one = ro["rows"][ro["rows"].n_instances == 1].set_index("policy")["token_hit_rate"]
     assert one["round_robin"] == pytest.approx(one["pooled store"])

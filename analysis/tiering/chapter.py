@@ -631,12 +631,13 @@ def admission_numbers(acost: pd.DataFrame, acaps, tr) -> dict:
         runs[key] = {"hit": float(at.loc[run, "token_hit_rate"]) if ok else float("nan"),
                      "tb": float(at.loc[run, "tb_written_per_h"]) if ok else float("nan")}
     best_run = at["busy_usd_per_mtok"].idxmin()
-    real = at[[not offline(p, a) for p, a in zip(at["policy"], at["admission"])]]
+    pairs = [tuple(run.split(" + ", 1)) for run in at.index]
+    real = at[[not offline(p, a) for p, a in pairs]]
     best_real = real["busy_usd_per_mtok"].idxmin() if len(real) else None
     gate = gate_savings(acost, mid)
     return {"capacity_tokens": mid * tr.block_size, "seconds_max": float(acost["seconds"].max()),
             "runs": runs,
-            "best": best_run, "best_label": at.loc[best_run, "label"] if "label" in at else best_run,
+            "best": best_run, "best_label": run_label(*best_run.split(" + ", 1)),
             "best_cost": float(at.loc[best_run, "busy_usd_per_mtok"]),
             "best_real": best_real if best_real is not None else "none simulated",
             "best_real_cost": float(real.loc[best_real, "busy_usd_per_mtok"]) if best_real is not None
@@ -655,8 +656,9 @@ def gate_savings(acost: pd.DataFrame, capacity_blocks: int, eviction: str = "lru
         nan = float("nan")
         return {"write_saving": nan, "wear_saved_usd_per_h": nan, "life_x": nan, "hit_change": nan}
     wa, wg = float(at.loc[a, "tb_written_per_h"]), float(at.loc[g, "tb_written_per_h"])
+    wear = at["wear_usd_per_h"] if "wear_usd_per_h" in at else pd.Series(float("nan"), index=at.index)
     return {"write_saving": 1 - wg / wa if wa > 0 else float("nan"),
-            "wear_saved_usd_per_h": float(at.loc[a, "wear_usd_per_h"] - at.loc[g, "wear_usd_per_h"]),
+            "wear_saved_usd_per_h": float(wear[a] - wear[g]),
             "life_x": wa / wg if wg > 0 else float("inf"),
             "hit_change": float(at.loc[g, "token_hit_rate"] - at.loc[a, "token_hit_rate"])}
 
@@ -962,15 +964,20 @@ def admission_rows(an: dict) -> list:
     for key, run in an["runs"].items():
         rows += [(f"ch2_adm_{key}_hit", run["hit"], "{:.1%}"),
                  (f"ch2_adm_{key}_tb", run["tb"], "{:.1f} TB/h")]
+    return rows + [("ch2_adm_best", an["best"], None), ("ch2_adm_best_cost", an["best_cost"], "{:.3f} USD")]
+
+
+def admission_gate_rows(an: dict) -> list:
+    """Glue rows of the offline-bound labels, the cheapest realisable pair and the frequency gate's
+    savings (:func:`admission_numbers`)."""
     g = an["gate"]
-    return rows + [("ch2_adm_best", an["best"], None), ("ch2_adm_best_cost", an["best_cost"], "{:.3f} USD"),
-                   ("ch2_adm_best_label", an["best_label"], None),
-                   ("ch2_adm_best_real", an["best_real"], None),
-                   ("ch2_adm_best_real_cost", an["best_real_cost"], "{:.3f} USD"),
-                   ("ch2_adm_gate_write_saving", g["write_saving"], "{:.0%}"),
-                   ("ch2_adm_gate_wear_saved", g["wear_saved_usd_per_h"], "{:.3f} USD per hour"),
-                   ("ch2_adm_gate_life_x", g["life_x"], "{:.1f}×"),
-                   ("ch2_adm_gate_hit_change", g["hit_change"] * 100, "{:+.1f} points")]
+    return [("ch2_adm_best_label", an["best_label"], None),
+            ("ch2_adm_best_real", an["best_real"], None),
+            ("ch2_adm_best_real_cost", an["best_real_cost"], "{:.3f} USD"),
+            ("ch2_adm_gate_write_saving", g["write_saving"], "{:.0%}"),
+            ("ch2_adm_gate_wear_saved", g["wear_saved_usd_per_h"], "{:.3f} USD per hour"),
+            ("ch2_adm_gate_life_x", g["life_x"], "{:.1f}×"),
+            ("ch2_adm_gate_hit_change", g["hit_change"] * 100, "{:+.1f} points")]
 
 
 FIG10_TRACES = {"mooncake_conversation": "conversation", "mooncake_toolagent": "tool&agent",
