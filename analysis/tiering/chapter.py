@@ -731,7 +731,21 @@ def routed_sizing_rows(s: dict) -> list:
             ("ch2_route_slo_hit", s["hit"], "{:.1%}"),
             ("ch2_route_slo_single_n", n_text(s["single_n"]), None),
             ("ch2_route_slo_single_cost", s["single_cost"], "{:.3f} USD"),
-            ("ch2_route_slo_seconds", s["seconds"], "{:.1f} s")]
+            ("ch2_route_slo_seconds", s["seconds"], "{:.1f} s"),
+            ("ch2_route_slo_reading", routed_sizing_reading(s), None)]
+
+
+def routed_sizing_reading(s: dict) -> str:
+    """Whether the router that keeps the most reuse is also the one that sizes the cheapest cluster."""
+    tb = s["table"].dropna(subset=["hit_rate"])
+    if tb.empty:
+        return "no cache-aware router meets the SLO within max_instances"
+    top = tb.loc[tb["hit_rate"].idxmax()]
+    name = top["routing"].replace("_", " ")
+    if top["routing"] == s["policy"]:
+        return f"{name} keeps the most reuse and also sizes the cheapest cluster"
+    return (f"{name} keeps more reuse ({top['hit_rate']:.1%}) yet needs {int(top['instances'])} instances: "
+            f"it sends every request of a prefix to one instance, whose queue then decides the TTFT")
 
 
 def routed_sizing_table(s: dict):
