@@ -41,7 +41,7 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m analysis.build
 	bash .ci/install-browser.sh  # Debian's chromium + chromium-driver for tests/test_browser.py
-	$(BIN)/python -m pytest -q -ra -n 2 --dist worksteal
+	$(BIN)/python -m pytest -q -ra -n 2 --dist worksteal --durations=25
 
 # External links of the book (listed in book/links.md) checked by Sphinx's linkcheck builder;
 # needs a network (CI has none): run it where one exists; it records each link's date and result in
