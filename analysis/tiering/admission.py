@@ -7,9 +7,13 @@ a *prefix hit* iff its first ``k`` accesses all hit. Every block that misses and
 
 * eviction: the policies of `libCacheSim <https://github.com/1a1a11a/libCacheSim>`_ (PyPI
   ``libcachesim``, pinned): LRU, FIFO, S3-FIFO, SIEVE, ARC, W-TinyLFU, and Belady (clairvoyant:
-  evicts the block used furthest in the future, given each access's next-use time);
+  evicts the block used furthest in the future, given each access's next-use time: the offline
+  bound, since it needs the future);
 * admission: ``all`` (write on every miss), ``second_use`` (admit a block only on a miss after it
-  was seen before: one-use blocks, most of this trace, are never written), ``oracle_reuse`` (admit
+  was seen before: one-use blocks, most of this trace, are never written; this is frequency-gated
+  demotion, the filter NVIDIA Dynamo's KV block manager puts in front of disk offload to spare the
+  drives' endurance: a block reaches the SSD only once it has been used twice; every access is then
+  a hit, a written miss or a refused first use, exactly), ``oracle_reuse`` (admit
   only a block whose next use comes within ``capacity`` distinct blocks, i.e. one an LRU of that
   size would still hold: a perfect reuse-distance predictor, the bound for any learned one).
 
