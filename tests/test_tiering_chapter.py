@@ -308,7 +308,7 @@ def test_tornado_inputs_keep_the_media_the_configuration_uses():
     assert not any(k.startswith(("QLC", "AI SSD", "CXL")) for k in nv)
     assert nv["NVMe endurance (×2 / ×0.25 DWPD)"] == ("nvme_dwpd", 6.0, 0.75)
     pool = C.tornado_inputs(d, econ, "pool", 3.0, 0.58)
-    assert "routing (ideal / round robin)" not in pool and "DRAM price (×0.3 / ×2)" in pool
+    assert "routing (single stack / round robin)" not in pool and "DRAM price (×0.3 / ×2)" in pool
     # the pooled store's price is DRAM's; it has no local DRAM and no SSD
     assert "local DRAM (100 GB / 4 TB)" not in pool and "SSD price (×0.5 / ×3)" not in pool
     assert C.tornado_reading([{"input": "GPU rent (×0.5 / ×2)"}]).startswith("the GPU side")

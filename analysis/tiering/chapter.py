@@ -867,12 +867,12 @@ def tornado_inputs(dep, econ, tornado_config: str, nvme_dwpd: float, qlc_dwpd: f
         "QLC endurance (×2 / ×0.25 DWPD)": ("qlc_dwpd", qlc_dwpd * 2, qlc_dwpd * 0.25),
         "read slowdown by writes (none / datasheet ×2)": ("mixed_interference", 1.0,
                                                           2 * endu.write_interference(dep.nvme_name)),
-        "routing (ideal / round robin)": ("routing", "ideal", "round_robin"),
+        "routing (single stack / round robin)": ("routing", "ideal", "round_robin"),
         "GPUs per PCIe switch (1 / 2)": ("gpus_per_pcie_switch", 1, 2),
     }
     used = set(tiering.CONFIGS[tornado_config][1])
     if "pool" in used:
-        f.pop("routing (ideal / round robin)")
+        f.pop("routing (single stack / round robin)")
     return {k: v for k, v in f.items()
             if not any(k.startswith(m) and t not in used and not (m == "DRAM price" and "pool" in used)
                        for m, t in TORNADO_MEDIA.items())}

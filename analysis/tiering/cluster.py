@@ -1,9 +1,10 @@
 """A cluster of N prefill instances, each with its own KV cache, under a routing policy.
 
-The single LRU stack of :mod:`analysis.tiering.hitcurve` lets every instance reuse what any other
-computed (routing "treated as ideal"). Here each of ``n_instances`` instances keeps its own LRU cache
-of ``capacity_blocks`` (its HBM share plus local DRAM/SSD), and a router sends each request, in
-arrival order, to one instance:
+The single LRU stack of :mod:`analysis.tiering.hitcurve`, cut at one instance's tiers, lets every
+instance reuse what any other computed but holds only one instance's capacity: neither ideal nor a
+bound (routed instances together hold N times more). Here each of ``n_instances`` instances keeps its
+own LRU cache of ``capacity_blocks`` (its HBM share plus local DRAM/SSD), and a router sends each
+request, in arrival order, to one instance:
 
 * ``random`` (seeded) and ``round_robin``: oblivious to the cache;
 * ``prefix_affinity``: a hash of the prompt's first ``affinity_blocks`` blocks picks the instance
