@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.kvbook-installed
 
-.PHONY: book test install unit notebooks clean-cache clean linkcheck bench data lint long long-main
+.PHONY: book test smoke install unit notebooks clean-cache clean linkcheck bench data lint long long-main
 
 $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,16 +32,23 @@ data: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-# Two pytest-xdist workers; the chapters' smoke executions (tests/test_notebooks.py) start first, beside
-# the other tests (tests/conftest.py orders them). OMP_WAIT_POLICY=PASSIVE: numba's idle OpenMP threads
-# sleep instead of spinning; with more threads than free cores, spinning threads slow chapter 4 down
-# (its smoke run: 289 s -> 127 s on 2 busy cores). tests/conftest.py sets it, and one OpenBLAS thread,
-# for pytest's processes.
+# The book build executes each page once (analysis.execute: in parallel, recording the files each page
+# reads); the tests then check that execution (glued values, reads against each page's key, the HTML in
+# Chromium) instead of running the chapters again: the chapters' reruns with small parameters are
+# `make smoke`, which CI runs after `make test`. Two pytest-xdist workers. OMP_WAIT_POLICY=PASSIVE:
+# numba's idle OpenMP threads sleep instead of spinning; with more threads than free cores, spinning
+# threads slow chapter 4 down (its smoke run: 289 s -> 127 s on 2 busy cores). tests/conftest.py sets
+# it, and one OpenBLAS thread, for pytest's processes.
 test: $(STAMP)
 	$(BIN)/ruff check .
 	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m analysis.build
 	bash .ci/install-browser.sh  # Debian's chromium + chromium-driver for tests/test_browser.py
-	$(BIN)/python -m pytest -q -ra -n 2 --dist worksteal --durations=25
+	$(BIN)/python -m pytest -q -ra -n 2 --dist worksteal --durations=25 -m "not smoke"
+
+# Every chapter rerun through papermill with its small parameter set (sweeps/smoke_*.yaml), the
+# longest first, on two workers: the rerun path readers use. CI runs it after make test.
+smoke: $(STAMP)
+	$(BIN)/python -m pytest -q -ra -n 2 --dist worksteal --durations=10 -m smoke
 
 # External links of the book (listed in book/links.md) checked by Sphinx's linkcheck builder;
 # needs a network (CI has none): run it where one exists; it records each link's date and result in

@@ -37,6 +37,7 @@ JCACHE = BUILD / ".jupyter_cache"
 KEYS = BUILD / ".chapter-keys.json"
 OLD_STAMP = BUILD / ".analysis-hash"  # the whole-package key of earlier builds
 REPORTS = BUILD / "html" / "reports"
+READS = BUILD / "reads"  # per executed page: the repository files it read (analysis.execute)
 
 
 def pages() -> list[Path]:
@@ -257,7 +258,7 @@ def _main(argv=None) -> int:
     ap.add_argument("--no-strict", action="store_true", help="do not treat warnings as errors")
     ap.add_argument("--jobs", type=int, default=None,
                     help="processes executing pages before Sphinx reads them (default: KVBOOK_BUILD_JOBS "
-                         "or the machine's cores, at most 4; 1: Sphinx executes them one by one)")
+                         "or the machine's cores, at most 4)")
     a = ap.parse_args(argv)
     jobs = a.jobs if a.jobs is not None else execute.default_jobs()
     if jobs < 1:
@@ -266,9 +267,10 @@ def _main(argv=None) -> int:
     invalidate()
     if REPORTS.exists():
         shutil.rmtree(REPORTS)  # reports of earlier builds would be mistaken for this one's
-    if a.builder == "html" and jobs > 1:
-        # the pages the cache lacks run in parallel now; Sphinx then reads every page from the cache
-        failed = execute.preexecute(pages(), JCACHE, jobs=jobs, root=REPO_ROOT)
+    if a.builder == "html":
+        # the pages the cache lacks run now, in parallel; Sphinx then reads every page from the cache
+        keys = {Path(k).stem: deps.digest(v) for k, v in plan().items()}
+        failed = execute.preexecute(pages(), JCACHE, jobs=jobs, root=REPO_ROOT, reads_dir=READS, keys=keys)
         if failed:
             for path, tb in failed.items():
                 rep = REPORTS / (_rel(Path(path)).rsplit(".", 1)[0] + ".err.log")

@@ -11,6 +11,7 @@ build's failure report. An interrupted run stores the pages that had finished an
 """
 from __future__ import annotations
 
+import json
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -19,6 +20,7 @@ from pathlib import Path
 import yaml
 
 from . import data
+from .artifacts import atomic_write
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # myst-nb's reader plugin (what NotebookClientCache records as the page's read format)
@@ -70,20 +72,35 @@ def expected_seconds(page: Path, root: Path = REPO_ROOT) -> float:
     return float(rows["seconds"].max()) if not rows.empty else 0.0
 
 
-def _execute(path: str, timeout: int | None, root: str) -> tuple[str, object, float, str | None]:
-    """Worker: execute one page in its own directory; returns (path, notebook, seconds, traceback)."""
+def _execute(path: str, timeout: int | None, root: str,
+             reads: str | None = None) -> tuple[str, object, float, str | None]:
+    """Worker: execute one page in its own directory; returns (path, notebook, seconds, traceback).
+    ``reads``: a file where the page's kernel lists every repository file it reads (analysis.data)."""
     from jupyter_cache.executors.utils import single_nb_execution  # optional heavy dependency
 
+    if reads:
+        Path(reads).write_text("")
+        os.environ["KVBOOK_TRACE_READS"] = reads  # the kernel inherits this process's environment
     nb = read_page(Path(path), Path(root))
     res = single_nb_execution(nb, cwd=str(Path(path).parent), timeout=timeout, allow_errors=False,
                               meta_override=True)
     return path, nb, float(res.time), (res.exc_string if res.err is not None else None)
 
 
+def reads_file(reads_dir: Path, page: Path) -> Path:
+    """Where :func:`preexecute` records the files a page read: ``<reads_dir>/<page stem>.json``."""
+    return Path(reads_dir) / f"{Path(page).stem}.json"
+
+
 def preexecute(pages: list[Path], jcache: Path, *, jobs: int = 2, root: Path = REPO_ROOT,
-               timeout: int | None = None, log=print) -> dict[str, str]:
+               timeout: int | None = None, log=print, reads_dir: Path | None = None,
+               keys: dict | None = None) -> dict[str, str]:
     """Execute the ``pages`` the cache does not hold in ``jobs`` processes (longest first) and cache
-    each one that succeeds. Returns ``{page path: traceback}`` for the pages that failed."""
+    each one that succeeds. Returns ``{page path: traceback}`` for the pages that failed.
+
+    With ``reads_dir``, each executed page's record of the repository files it read is written to
+    :func:`reads_file` with ``keys[page]`` (its execution-cache key), for the test that every file a
+    page reads is part of its key (``tests/test_notebooks.py``)."""
     from jupyter_cache import get_cache  # optional heavy dependency
     from jupyter_cache.base import CacheBundleIn  # optional heavy dependency
 
@@ -104,10 +121,22 @@ def preexecute(pages: list[Path], jcache: Path, *, jobs: int = 2, root: Path = R
     log(f"executing {len(todo)} page(s) in {min(jobs, len(todo))} process(es): "
         + ", ".join(p.stem for p in todo))
     with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as pool:
-        futs = [pool.submit(_execute, str(Path(p).resolve()), timeout, str(root)) for p in todo]
+        tmp = {}
+        if reads_dir is not None:
+            Path(reads_dir).mkdir(parents=True, exist_ok=True)
+            tmp = {str(Path(p).resolve()): reads_file(reads_dir, p).with_suffix(".log") for p in todo}
+        futs = [pool.submit(_execute, str(Path(p).resolve()), timeout, str(root),
+                            str(tmp[str(Path(p).resolve())]) if tmp else None) for p in todo]
         for fut in as_completed(futs):
             path, nb, seconds, tb = fut.result()
             name = Path(path).stem
+            if tmp:
+                log_file = tmp[path]
+                read = sorted(set(log_file.read_text().split())) if log_file.exists() else []
+                log_file.unlink(missing_ok=True)
+                if tb is None:
+                    record = {"page": name, "key": (keys or {}).get(name), "reads": read}
+                    atomic_write(reads_file(reads_dir, path), json.dumps(record, indent=1))
             if tb is not None:
                 failed[path] = tb
                 log(f"  failed   {name} after {seconds:.0f} s")

@@ -1,5 +1,6 @@
 """Pages executed in parallel before Sphinx (analysis.execute): cached exactly as myst-nb would cache
 them, failures returned and not cached, and a Sphinx build afterwards executes nothing."""
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -71,6 +72,21 @@ def test_pages_are_cached_and_failures_are_not(tmp_path):
     assert text.strip() == str(root.resolve())  # run in the page's folder, as run_in_temp: false does
     # nothing left to do: a second call executes nothing
     assert execute.preexecute([ok, cwd], jcache, jobs=2, root=root, log=lambda *a: None) == {}
+
+
+def test_each_executed_page_records_the_files_it_read(tmp_path):
+    root = tmp_path / "book"
+    read = "from analysis import data\n_ = data.registry()"
+    reader, quiet, bad = _book(root, {"reader": read, "quiet": "x = 1", "bad": read + "\n1/0"})
+    jcache, reads = root / "_build" / ".jupyter_cache", root / "_build" / "reads"
+    failed = execute.preexecute([reader, quiet, bad], jcache, jobs=2, root=root, log=lambda *a: None,
+                                reads_dir=reads, keys={"reader": "k1", "quiet": "k2"})
+    assert list(failed) == [str(bad.resolve())]
+    rec = json.loads(execute.reads_file(reads, reader).read_text())
+    assert rec == {"page": "reader", "key": "k1", "reads": ["data/registry.yaml"]}
+    assert json.loads(execute.reads_file(reads, quiet).read_text())["reads"] == []
+    assert not execute.reads_file(reads, bad).exists()  # a failed page leaves no record
+    assert sorted(p.name for p in reads.iterdir()) == ["quiet.json", "reader.json"]  # no temporary logs
 
 
 def test_a_changed_code_cell_is_pending_again(tmp_path):
