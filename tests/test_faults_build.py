@@ -53,15 +53,16 @@ while not (root / "release").exists() and time.time() - t0 < 120:
     time.sleep(0.05)
 print("slow says", sum(range(10)))"""
 
-# analysis.build on another book root (its module-level paths), with two executing processes
+# analysis.build on another book root (every module-level path under the repository moved there), with
+# two executing processes
 DRIVER = """\
 import sys
 from pathlib import Path
 from analysis import build as b
-root = Path(sys.argv[1])
-b.REPO_ROOT, b.BUILD = root, root / "_build"
-b.JCACHE, b.KEYS = b.BUILD / ".jupyter_cache", b.BUILD / ".chapter-keys.json"
-b.OLD_STAMP, b.REPORTS = b.BUILD / ".analysis-hash", b.BUILD / "html" / "reports"
+root, repo = Path(sys.argv[1]), b.REPO_ROOT
+for name, value in list(vars(b).items()):
+    if name.isupper() and isinstance(value, Path) and value.is_relative_to(repo):
+        setattr(b, name, root / value.relative_to(repo))
 sys.exit(b.main(["--no-strict", "--jobs", "2"]))
 """
 
@@ -82,11 +83,11 @@ def _book(root: Path) -> list[Path]:
 
 
 def _use_root(monkeypatch, root: Path) -> None:
-    monkeypatch.setattr(build, "REPO_ROOT", root)
-    monkeypatch.setattr(build, "BUILD", root / "_build")
-    monkeypatch.setattr(build, "JCACHE", root / "_build" / ".jupyter_cache")
-    monkeypatch.setattr(build, "KEYS", root / "_build" / ".chapter-keys.json")
-    monkeypatch.setattr(build, "OLD_STAMP", root / "_build" / ".analysis-hash")
+    """analysis.build's module-level paths under the repository, moved to ``root``."""
+    repo = build.REPO_ROOT
+    for name, value in list(vars(build).items()):
+        if name.isupper() and isinstance(value, Path) and value.is_relative_to(repo):
+            monkeypatch.setattr(build, name, root / value.relative_to(repo))
 
 
 def _cache_a_page(root: Path, page: Path):
