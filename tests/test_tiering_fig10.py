@@ -109,3 +109,13 @@ def test_published_fig10_bars_agree_with_printed_ratios():
         assert p["global_hit"] / p["local_hit"] == pytest.approx(p["hit_ratio"], abs=0.006)
         assert p["global_prefill_s"] / p["local_prefill_s"] == pytest.approx(p["prefill_ratio"], abs=0.006)
         assert np.isfinite(list(p.values())).all()
+
+
+def test_too_many_fig10_instances_for_the_trace_is_refused_early():
+    from analysis.tiering.configure import check_against_trace
+
+    tr = from_requests(random_requests(0, n_req=20), name="r")
+    vals = SCHEMA.defaults() | {"routing_instances": [1, 2], "fig10_instances": 50}
+    with pytest.raises(ValueError, match="fig10_instances = 50 exceeds"):
+        check_against_trace(SCHEMA.config(vals), tr)
+    check_against_trace(SCHEMA.config(vals | {"fig10_instances": 10}), tr)

@@ -72,3 +72,9 @@ def check_against_trace(c: TieringConfig, trace) -> None:
         )
     for pol in c.routing.routing_policies:
         _check_routing(trace, 1, pol, 0)
+    if c.routing.fig10_instances > trace.n_requests:
+        raise ValueError(
+            f"fig10_instances = {c.routing.fig10_instances} exceeds the trace's {trace.n_requests} requests "
+            f"(trace_requests = {c.workload.trace_requests}): use at most {trace.n_requests} instances or "
+            f"more requests"
+        )
