@@ -163,6 +163,26 @@ def test_replay_and_composition_use_the_one_overlap_rule(monkeypatch):
     assert ratio2 > ratio
 
 
+def test_composition_recomputes_when_loading_is_slower():
+    """Chapter 5's prefill ratio makes the replay's load-versus-recompute decision: a prefix on a tier
+    so slow that loading takes longer than recomputing the prompt is not used (ratio 1, no hit);
+    without the decision the ratio would exceed 1."""
+    s = Scenario(model="Llama-3.1-70B", gpu="H100-SXM5-80GB", input_tokens=16384, output_tokens=1000,
+                 layout="nvme", hit_rate=0.6)
+    reuse = ReuseCurve(np.linspace(1e5, 2e7, 200), np.linspace(0.005, 1.0, 200), 10000.0, "synthetic")
+    fast = pipeline._tier_list("nvme", pipeline.tier_deployment(s, 8))
+    sig = [(t.capacity_tokens, t.bandwidth, t.bytes_per_token, t.latency_s) for t in fast]
+    pipeline._prefill_ratio.cache_clear()
+    r_fast, h_fast = pipeline._prefill_ratio(s.model, s.gpu, 1.0, 1.0, (8, 1, 1.0, 1.0), 16384.0, 0.6,
+                                             tuple(sig), reuse)
+    assert r_fast < 1 and h_fast > 0  # loading pays on these tiers
+    slow = tuple((c, bw / 1e4, bpt, lat) for c, bw, bpt, lat in sig)  # every tier 10,000x slower
+    r_slow, h_slow = pipeline._prefill_ratio(s.model, s.gpu, 1.0, 1.0, (8, 1, 1.0, 1.0), 16384.0, 0.6,
+                                             slow, reuse)
+    assert (r_slow, h_slow) == (1.0, 0.0)
+    pipeline._prefill_ratio.cache_clear()
+
+
 def test_overlap_time_counts_the_micro_batches():
     """``m`` micro-batches on two resources take ``m`` times the busier resource's share once that
     exceeds one micro-batch's serial sum (dropping ``m`` would give ``c + k``)."""

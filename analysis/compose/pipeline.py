@@ -22,7 +22,9 @@ For a :class:`Scenario` (SI units):
    (:mod:`analysis.forward`) on the plan's own prefill configuration as chapter 3 priced it (the
    unit's tensor and data parallelism, prompts per pass, device, efficiencies and precision:
    :func:`prefill_pass_time`), overlapped layer by layer with the tier loads (the one overlap rule,
-   ``forward.layerwise_overlap``: ``max(c, l) + min(c, l) / layers``). The prefill
+   ``forward.layerwise_overlap``: ``max(c, l) + min(c, l) / layers``), unless that is slower than
+   recomputing the whole prompt, which the instance then does (ratio 1, no hit used), as chapter 2's
+   replay decides per request. The prefill
    share of the plan's device time and TTFT are scaled by that ratio (*adapter*: the plan itself is
    held fixed, so the cost is an upper bound of a re-optimised plan).
 3. **KV policy** (chapter 4): exact copies of quantized windows (QEvict with recall) live in the
@@ -356,6 +358,8 @@ def _prefill_ratio(model, gpu, hot_ratio, transfer_overhead, config, I, hit_rate
     load = config[2] * sum(h * bpt / bw + lat for h, (_, bw, bpt, lat) in zip(per_tier, sig)
                            if h > 0 and math.isfinite(bw))
     svc = float(fw.layerwise_overlap(ch, load, _model(model).n_layers))
+    if svc >= c0:  # loading is slower than recomputing the whole prompt: recompute, as the replay does
+        return 1.0, 0.0
     return svc / c0, H / I
 
 
