@@ -273,7 +273,9 @@ def _ch2_figures():
             "fig_breakeven": lambda: F.fig_breakeven(delta, prices, [1.0, 2.0, 4.0, 7.0, 10.0, 14.0]),
             "fig_endurance_map": lambda: F.fig_endurance_map(np.abs(delta), prices,
                                                              [0.1, 0.3, 0.58, 1.0, 3.0, 10.0]),
-            "fig_tornado": lambda: F.fig_tornado(torn, 1.1, "nvme")}
+            "fig_tornado": lambda: F.fig_tornado(torn, 1.1, "nvme"),
+            "fig_fig10": lambda: F.fig_fig10(C.fig10(["mooncake_conversation"], 400, d, 4, 0.05, 1.0, 2,
+                                                     own=("mooncake_conversation", tr, hc))["table"])}
 
 
 # ------------------------------------------------------------------------------------------ chapter 3

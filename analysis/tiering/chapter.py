@@ -1021,7 +1021,8 @@ def fig10(traces_, trace_requests: int, dep, n_instances: int, capacity_mtok: fl
                 tr = load(name, trace_requests)
                 hc = lru_hit_curve(tr)
         except data.DataError as exc:
-            rows.append({"trace": label, "key": name, "missing": str(exc).split(". Looked in")[0]})
+            rows.append({"trace": label, "key": name, "missing": str(exc).split(". Looked in")[0],
+                         **{f"pub_{q}": v for q, v in _fig10_published(name).items()}})
             verdicts[name] = claims.evaluate(
                 "ch2_fig10_global_vs_local", {"hit-rate ratio": None, "prefill-time ratio": None},
                 {"trace": name}, missing=f"the {label} trace file is not available here (data/registry.yaml "
@@ -1038,11 +1039,7 @@ def fig10(traces_, trace_requests: int, dep, n_instances: int, capacity_mtok: fl
         verdicts[name] = claims.evaluate("ch2_fig10_global_vs_local", value(r), {"trace": name},
                                          recompute=lambda _n, s, runs=runs: value(runs[float(s)]))
         key = TABLE2.get(name)
-        pub = {}
-        if key:
-            for q in ("local_hit", "global_hit", "hit_ratio", "local_prefill_s", "global_prefill_s",
-                      "prefill_ratio"):
-                pub[q] = data.published(f"mooncake_fig10_{key}_{q}")["value"]
+        pub = _fig10_published(name)
         # the missing effect's size: where the paper's local hit rate sits between cache-oblivious
         # placement (random routing: 1) and this router (0), a linear estimate of the share of requests
         # the paper's scheduler placed without regard to their cached prefix
@@ -1056,6 +1053,15 @@ def fig10(traces_, trace_requests: int, dep, n_instances: int, capacity_mtok: fl
                      "local_hit_prefix_only": runs[float("inf")]["local_hit"],
                      **{f"pub_{q}": v for q, v in pub.items()}})
     return {"table": pd.DataFrame(rows), "verdicts": verdicts, "seconds": time.perf_counter() - t0}
+
+
+def _fig10_published(name: str) -> dict:
+    """The paper's Figure 10 values for a trace (empty for a trace the paper did not run)."""
+    key = TABLE2.get(name)
+    if not key:
+        return {}
+    return {q: data.published(f"mooncake_fig10_{key}_{q}")["value"] for q in (
+        "local_hit", "global_hit", "hit_ratio", "local_prefill_s", "global_prefill_s", "prefill_ratio")}
 
 
 def fig10_table(f: pd.DataFrame):

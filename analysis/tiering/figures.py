@@ -275,3 +275,40 @@ def fig_tornado(torn, base: float, tornado_config: str):
     ax.set_xlabel(f"busy cost, USD per million input tokens ({tiering.CONFIGS[tornado_config][0]})")
     plots.legend_below(fig, ncol=2)
     return fig
+
+
+def fig_fig10(f):
+    """Mooncake's Figure 10 against its replay, per trace: token hit rate of the local caches and the
+    global pool (top), and the global / local ratios of hit rate and mean prefill time (bottom); paper
+    solid, replay hatched (``f``: :func:`analysis.tiering.chapter.fig10`'s table). A trace that could
+    not be computed shows only the paper's bars."""
+    fig, axes = plots.subplots(2, 1, height=5.6, sharex=True)
+    x = np.arange(len(f))
+    w = 0.2
+    series = [  # (column, label, colour, hatch)
+        [("pub_local_hit", "paper: local caches", 0, ""), ("pub_global_hit", "paper: global pool", 1, ""),
+         ("local_hit", "replay: local caches", 0, "//"), ("global_hit", "replay: global pool", 1, "//")],
+        [("pub_hit_ratio", "paper: hit-rate ratio", 2, ""), ("hit_ratio", "replay: hit-rate ratio", 2, "//"),
+         ("pub_prefill_ratio", "paper: prefill-time ratio", 4, ""),
+         ("prefill_ratio", "replay: prefill-time ratio", 4, "//")],
+    ]
+    for ax, ser in zip(axes, series):
+        for k, (col, lab, ci, hatch) in enumerate(ser):
+            vals = f[col].astype(float) if col in f else np.full(len(f), np.nan)
+            ax.bar(x + (k - 1.5) * w, vals, w, label=lab, color=plots.PALETTE[ci] if not hatch else "white",
+                   edgecolor=plots.PALETTE[ci], hatch=hatch, lw=1.0)
+    done = f["local_hit"].notna() if "local_hit" in f else np.zeros(len(f), dtype=bool)
+    axes[1].set_xticks(x, [t if ok else f"{t}\n(no trace file: paper only)"
+                           for t, ok in zip(f["trace"], done)])
+    axes[0].yaxis.set_major_formatter(mticker.PercentFormatter(1.0))
+    axes[0].set_ylabel("token hit rate")
+    axes[1].axhline(1.0, color="k", lw=0.8)
+    axes[1].set_ylabel("global / local")
+    handles, labels = [], []
+    for ax in axes:
+        h, lab = ax.get_legend_handles_labels()
+        handles += h
+        labels += lab
+    plots.legend_below(fig, handles, labels, ncol=2)
+    return fig
+
