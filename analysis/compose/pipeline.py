@@ -87,7 +87,6 @@ MODES = ("C", "PD", "AF", "3-way", "PDAF")
 PREFILL_UNIT = {"C": "C", "PD": "P", "AF": "AF", "3-way": "P", "PDAF": "PAF"}
 DECODE_UNIT = {"C": "C", "PD": "D", "AF": "AF", "3-way": "DAF", "PDAF": "DAF"}
 LAYOUTS = tuple(k for k in _tiers.CONFIGS if k != "pool")  # the pool is cluster-wide, not per instance
-KV_ELEMENT_BYTES = 2.0  # bf16: chapter 3's default Precision and chapter 2's default kv_dtype
 
 
 class ComposeError(ValueError):
@@ -265,7 +264,8 @@ def precision(hot_ratio: float) -> Precision:
         raise ComposeError(f"hot_ratio must be in (0, 1], got {hot_ratio!r}")
     if hot_ratio == 1.0:
         return Precision()
-    return dataclasses.replace(Precision(), kv_bytes=KV_ELEMENT_BYTES * hot_ratio)
+    base = Precision()  # chapter 3's default precision (bf16 KV: the one bytes-per-dtype table)
+    return dataclasses.replace(base, kv_bytes=base.kv_bytes * hot_ratio)
 
 
 @functools.lru_cache(maxsize=4096)
