@@ -37,7 +37,9 @@ every import (function-local ones too) and every module name written in a string
    only the data layer and each other: no core model, no chapter, no tool.
 3. **core models**, shared by the chapters: :mod:`.kv`, :mod:`.roofline` (the roofline primitive and
    Mooncake's closed form as the paper writes it), :mod:`.forward` (the one time model of every
-   chapter: operators priced by pluggable backends), :mod:`.traces` (request-trace readers).
+   chapter: operators priced by pluggable backends), :mod:`.measured` (a backend reading
+   AIConfigurator's measured per-GPU kernel tables, the roofline where they have no entry; no
+   chapter uses it yet), :mod:`.traces` (request-trace readers).
 4. **chapters**: chapter 1's ``kv_*`` modules, :mod:`.tiering`, :mod:`.disagg`, :mod:`.qevict`; none
    imports another.
 5. **composition**: :mod:`.compose` (chapter 5) imports the chapters' public functions.

@@ -13,12 +13,13 @@ Layers, bottom to top (a module may import from its own layer and the layers bel
    They import only layer 1 and each other: no core model, no chapter, no tool. :mod:`analysis.params`
    (the schema registry every chapter imports) imports no module of ``analysis`` at all.
 3. ``core models``: :mod:`analysis.kv`, :mod:`analysis.roofline`, :mod:`analysis.forward`,
-   :mod:`analysis.timing`, :mod:`analysis.traces`.
+   :mod:`analysis.measured`, :mod:`analysis.timing`, :mod:`analysis.traces`.
 4. ``chapters``: one unit per chapter (chapter 1's top-level ``kv_*`` modules, :mod:`analysis.tiering`,
    :mod:`analysis.disagg`, :mod:`analysis.qevict`); a unit imports no other unit.
 5. ``composition``: :mod:`analysis.compose` (chapter 5) imports the chapters' units.
-6. ``tools``: :mod:`analysis.build`, :mod:`analysis.execute`, :mod:`analysis.rerun`, :mod:`analysis.chapters` (the table of
-   chapter schemas by module name), :mod:`analysis.glued`: they may import anything below them.
+6. ``tools``: :mod:`analysis.build`, :mod:`analysis.execute`, :mod:`analysis.rerun`,
+   :mod:`analysis.chapters` (the table of chapter schemas by module name), :mod:`analysis.glued`: they
+   may import anything below them.
 
 A new module must be placed in :data:`LAYERS` (the test names any that is not).
 """
@@ -43,7 +44,8 @@ LAYERS = [
         "analysis.report", "analysis.tables", "analysis.plots", "analysis.params", "analysis.cache",
         "analysis.deps", "analysis.artifacts", "analysis.claims", "analysis.resources")}),
     ("core models", True, {m: m for m in (
-        "analysis.kv", "analysis.roofline", "analysis.forward", "analysis.timing", "analysis.traces")}),
+        "analysis.kv", "analysis.roofline", "analysis.forward", "analysis.measured", "analysis.timing",
+        "analysis.traces")}),
     ("chapters", False, {
         "analysis.kv_*": "chapter 1",  # kv_params, kv_chapter, kv_figures (analysis.kv is a core model)
         "analysis.tiering": "chapter 2", "analysis.disagg": "chapter 3", "analysis.qevict": "chapter 4"}),

@@ -1,0 +1,478 @@
+"""A measured operator backend for :mod:`analysis.forward`: operator seconds read from the per-GPU
+silicon tables of AIConfigurator (the ``aiconfigurator-core`` package, Apache-2.0, pinned to
+:data:`PACKAGE_VERSION` in requirements.txt), with the roofline wherever the tables have no entry.
+
+Tables
+------
+The package ships parquet tables under ``aiconfigurator_core/systems/data/<gpu>/<op>/<framework>/
+<version>/``; latencies are in milliseconds per kernel call. They are read as installed package data,
+once per process (lazily, at the first operator priced on that GPU, and cached), each through
+:func:`table`, which records the file, framework and version it used (:func:`tables_used`). The
+framework is a choice (:data:`DEFAULT_FRAMEWORK`, TensorRT-LLM: the framework whose tables cover
+every GPU below); the version is the newest folder of that framework that holds the table
+(:func:`packaging.version.Version` order). A missing table file, an unreadable (corrupt) one, one
+without the expected columns, or one with a non-positive or non-finite latency is a
+:class:`TableError` naming the file.
+
+Devices
+-------
+:data:`DEVICE_TABLES` maps the GPUs of ``data/hardware.csv`` to the package's GPU folders,
+explicitly. A800 and H800 are the A100 and H100 chips with a cut-down NVLink (400 GB/s): their compute
+operators use A100's / H100's tables, and their communication operators are priced by the roofline on
+their own links (the A100 / H100 all-reduce tables measured 600 / 900 GB/s NVLink), each such
+fallback recorded with that reason. Any other device (the NPU design points of chapter 3, a GPU
+without a folder) gets a backend that prices every operator by the roofline, reason recorded.
+
+Operators covered (item 1 of issue 27)
+---------------------------------------
+* ``gemm`` (``m, n, k`` of :class:`analysis.forward.Op`, compute dtype ``bf16``/``fp8``/``fp4`` ->
+  the table's ``bfloat16``/``fp8``/``nvfp4``): ``gemm_perf``.
+* ``allreduce`` (message ``bytes`` per device, ``n`` ranks): the framework's custom all-reduce table
+  (``custom_allreduce_perf``, bf16), at exactly the GPU counts it measured (2, 4, 8; 16 on some
+  GB300 tables); ``n = 1`` is no operator (0 s, not counted as measured or fallback).
+* every other kind (``attention``, ``moe``, ``state``, ``alltoall``, ``p2p``) falls back to the
+  roofline with a reason saying what is missing: the attention and MoE tables are keyed on query
+  heads, head size, hidden and intermediate sizes that :class:`analysis.forward.Op` does not carry
+  yet, and the all-to-all needs the DeepEP tables with node count (issue 27, item 2).
+
+Interpolation
+-------------
+Each table becomes a regular grid over its numeric axes (GEMM: ``m, n, k`` per dtype; all-reduce:
+message size per GPU count) of ``log(latency)`` (repeated measurements: the mean of their logs),
+with NaN where the table has no row. A query is multilinear in ``log`` of every continuous axis
+between the two bracketing grid values of each axis (log-log linear in ``m`` at fixed ``n, k``, and
+the same in ``n`` and ``k``); a discrete axis (GPU count) must match a measured value exactly. A
+table point is therefore reproduced exactly, and the interpolant is monotone in ``m`` wherever the
+measured latencies are (the raw GEMM tables are not monotone everywhere: tile quantisation makes
+``m = 4097`` slower than ``m = 4352`` on some shapes, and the interpolant follows the table). A query
+outside the measured range of any axis, or whose bracketing cell has a grid point without a row,
+falls back to the roofline. Everything is numpy-vectorised over the candidate plans: shapes in
+(arrays), seconds out.
+
+Measured seconds replace the efficiency-scaled roofline: :class:`analysis.forward.Efficiency`'s
+``compute``, ``bandwidth``, ``link`` and ``collective_latency_s`` do not apply to a measured operator
+(the table already holds what the kernel achieved); the per-step and per-layer overheads still do.
+
+Use
+---
+``measured.device(name)`` is the device dict of :func:`analysis.forward.instance_device` with the
+backend ``"measured:<name>"``; a backend is registered per device (:func:`backend_name`; the
+:class:`analysis.forward.Op` of an operator carries no device name, so the device is in the backend's
+name), for every GPU of :data:`DEVICE_TABLES` when this module is imported and on demand for any
+other. :func:`analysis.forward.ledger` then reports the share of a plan's time that came from the
+tables; :func:`fallbacks` records, per (device, operator kind, reason), the seconds and the number of
+plan-operator evaluations priced by the roofline instead. The roofline stays every chapter's default.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import importlib.metadata
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from numba import njit
+from packaging.version import InvalidVersion, Version
+
+from . import forward
+
+PACKAGE = "aiconfigurator_core"
+DISTRIBUTION = "aiconfigurator-core"
+PACKAGE_VERSION = "0.12.0"
+DEFAULT_FRAMEWORK = "trtllm"
+
+# device of data/hardware.csv -> (GPU folder of the package, communication tables apply, note)
+DEVICE_TABLES: dict[str, tuple[str, bool, str]] = {
+    "A100-SXM4-80GB": ("a100_sxm", True, ""),
+    "A800-SXM4-80GB": ("a100_sxm", False, "A800 = A100 with 400 GB/s NVLink: A100's compute tables; "
+                       "communication on A800's own links (roofline)"),
+    "H100-SXM5-80GB": ("h100_sxm", True, ""),
+    "H800-SXM5-80GB": ("h100_sxm", False, "H800 = H100 with 400 GB/s NVLink: H100's compute tables; "
+                       "communication on H800's own links (roofline)"),
+    "H200-SXM-141GB": ("h200_sxm", True, ""),
+    "B200-SXM-180GB": ("b200_sxm", True, ""),
+    "B300-SXM-288GB": ("b300_sxm", True, ""),
+    "GB200-NVL72": ("gb200", True, ""),
+    "GB300-NVL72": ("gb300", True, ""),
+}
+
+# forward's compute dtype -> the GEMM table's gemm_dtype
+GEMM_DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "fp4": "nvfp4"}
+
+# (operator folder, file stem, numeric axes, discrete axes, key column) per table kind
+TABLE_KINDS = {
+    "gemm": ("gemm", "gemm_perf", ("m", "n", "k"), (), "gemm_dtype"),
+    "allreduce": ("comm", "custom_allreduce_perf", ("num_gpus", "message_size"), (), "allreduce_dtype"),
+}
+
+# reasons, one code each (0: measured)
+MEASURED, NO_OP = 0, 1
+REASONS = {
+    2: "no table for this device",
+    3: "operator kind not covered by the measured tables yet",
+    4: "compute dtype has no table",
+    5: "outside the table's measured range",
+    6: "the table has no row at a bracketing grid point",
+    7: "GPU count not measured",
+    8: "communication on this device's own links (its tables measured another chip's links)",
+}
+KIND_REASONS = {
+    "attention": "attention: the tables are keyed on query heads and head size, which forward.Op does not "
+                 "carry yet (issue 27 item 2)",
+    "moe": "moe: the MoE tables are keyed on hidden and intermediate sizes, top-k, experts and EP/TP, which "
+           "forward.Op does not carry yet (issue 27 item 2)",
+    "state": "state (linear attention): no table mapped yet",
+    "alltoall": "alltoall: DeepEP tables with node count and imbalance are issue 27 item 2",
+    "p2p": "p2p (activation hops, context parallelism, KV transfer): no table",
+}
+
+
+class TableError(RuntimeError):
+    """A measured table is missing, unreadable or malformed; the message names the file."""
+
+
+# ------------------------------------------------------------------------------------------ tables
+
+
+def data_root() -> Path:
+    """The installed package's ``systems/data`` folder (an error saying how to install it if absent)."""
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise TableError(f"the measured backend needs {DISTRIBUTION}=={PACKAGE_VERSION} (pinned in "
+                         "requirements.txt): run `make install`")
+    return Path(list(spec.submodule_search_locations)[0]) / "systems" / "data"
+
+
+def package_version() -> str:
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _version_key(v: str):
+    try:
+        return (1, Version(v))
+    except InvalidVersion:
+        return (0, Version("0"))
+
+
+def table_path(folder: str, kind: str, framework: str = DEFAULT_FRAMEWORK, root: Path | None = None) -> Path:
+    """The parquet file of table ``kind`` for a GPU folder: the newest version of ``framework`` that
+    has it. A :class:`TableError` names the folder searched when there is none."""
+    op, stem, *_ = TABLE_KINDS[kind]
+    base = (data_root() if root is None else Path(root)) / folder / op / framework
+    versions = sorted((p.parent.name for p in base.glob(f"*/{stem}.parquet")), key=_version_key)
+    if not versions:
+        raise TableError(f"no measured table {base}/<version>/{stem}.parquet")
+    return base / versions[-1] / f"{stem}.parquet"
+
+
+@dataclass(frozen=True)
+class Grid:
+    """``log(latency in s)`` on the regular grid of a table's axes (NaN where the table has no row)."""
+
+    axes: tuple          # log of each axis's values, sorted
+    values: np.ndarray   # log latency, one dimension per axis
+
+    def at(self, *idx) -> float:
+        """The stored log latency at integer grid indices (NaN where the table has no row)."""
+        return float(self.values[idx])
+
+
+@dataclass(frozen=True)
+class Table:
+    """One measured table: its file, framework, version and one :class:`Grid` per key value
+    (dtype, or (dtype, GPU count) for discrete axes)."""
+
+    path: Path
+    kind: str
+    framework: str
+    version: str
+    grids: dict
+
+    def grid(self, key) -> Grid | None:
+        return self.grids.get(key)
+
+
+_USED: dict[Path, Table] = {}
+
+
+def load(path: Path, kind: str) -> Table:
+    """Read one table file into grids (no caching: :func:`table` caches). Every failure is a
+    :class:`TableError` naming ``path``."""
+    path = Path(path)
+    op, stem, cont, disc, key = TABLE_KINDS[kind]
+    if not path.is_file():
+        raise TableError(f"measured table {path} is missing: reinstall {DISTRIBUTION}=={PACKAGE_VERSION}")
+    try:
+        df = pd.read_parquet(path)
+    except Exception as e:  # pyarrow raises several types for a corrupt file
+        raise TableError(f"measured table {path} cannot be read ({type(e).__name__}: {e}); "
+                         f"reinstall {DISTRIBUTION}=={PACKAGE_VERSION}") from e
+    need = {"framework", "version", "latency", key, *cont, *disc}
+    missing = sorted(need - set(df.columns))
+    if missing:
+        raise TableError(f"measured table {path} lacks the columns {missing}")
+    if "op_name" in df.columns and kind == "allreduce":
+        df = df[df["op_name"] == "all_reduce"]
+    lat = df["latency"].to_numpy(dtype=float)
+    if len(df) == 0 or not np.all(np.isfinite(lat)) or np.any(lat <= 0):
+        raise TableError(f"measured table {path} has no rows or a non-finite or non-positive latency")
+    fw_ver = sorted(set(zip(df["framework"].astype(str), df["version"].astype(str))))
+    df = df.assign(_loglat=np.log(lat * 1e-3))  # ms -> s
+    grids = {}
+    for k, g in df.groupby([key, *disc], sort=True):
+        g = g.groupby(list(cont), sort=True)["_loglat"].mean()  # repeated measurements: mean of logs
+        idx = g.index if len(cont) > 1 else pd.MultiIndex.from_arrays([g.index])
+        axes = tuple(np.log(np.asarray(lv, dtype=float)) for lv in idx.levels)
+        vals = np.full(tuple(len(a) for a in axes), np.nan)
+        vals[tuple(np.asarray(c) for c in idx.codes)] = g.to_numpy()
+        grids[k if isinstance(k, tuple) else (k,)] = Grid(axes, vals)
+    return Table(path, kind, fw_ver[0][0] if len(fw_ver) == 1 else str(fw_ver), path.parent.name, grids)
+
+
+@functools.lru_cache(maxsize=None)
+def table(folder: str, kind: str, framework: str = DEFAULT_FRAMEWORK) -> Table:
+    """The table ``kind`` of a GPU folder, read once per process and recorded in :func:`tables_used`."""
+    p = table_path(folder, kind, framework)
+    t = load(p, kind)
+    _USED[p] = t
+    return t
+
+
+def tables_used() -> list[dict]:
+    """Every table read in this process: device folder, operator, framework (as the file says),
+    version folder, rows of each key, file."""
+    root = None
+    with contextlib.suppress(TableError):
+        root = data_root()
+    out = []
+    for p, t in sorted(_USED.items()):
+        rel = p.relative_to(root) if root is not None and p.is_relative_to(root) else p
+        out.append({"gpu": rel.parts[0] if root is not None else "", "kind": t.kind, "framework": t.framework,
+                    "version": t.version, "keys": sorted("/".join(map(str, k)) for k in t.grids),
+                    "file": str(rel)})
+    return out
+
+
+# ----------------------------------------------------------------------------------- interpolation
+
+
+@njit(cache=True)
+def _interp_kernel(X, ax_cat, ax_off, ax_len, strides, flat, out, code):  # pragma: no cover (numba)
+    """Multilinear interpolation of ``flat`` (log latency, row-major grid) at the rows of ``X`` (logs,
+    one column per axis): per row, a binary search per axis for the lower bracketing value, then the
+    ``2^D`` bracketing points weighted by the products of the per-axis weights; a point with weight 0
+    is never read (so an exact table point needs no neighbour). ``code``: 5 outside, 6 hole."""
+    n, d = X.shape
+    lo = np.empty(d, np.int64)
+    w = np.empty(d)
+    for j in range(n):
+        c = 0
+        for a in range(d):
+            x = X[j, a]
+            o = ax_off[a]
+            L = ax_len[a]
+            if not (x >= ax_cat[o] and x <= ax_cat[o + L - 1]):
+                c = 5
+                break
+            i0 = 0  # branch-free binary search: the last axis value <= x
+            length = L
+            while length > 1:
+                half = length // 2
+                i0 = i0 + half if ax_cat[o + i0 + half] <= x else i0
+                length -= half
+            lo[a] = i0
+            w[a] = 0.0 if i0 == L - 1 else (x - ax_cat[o + i0]) / (ax_cat[o + i0 + 1] - ax_cat[o + i0])
+        if c == 0:
+            acc = 0.0
+            for corner in range(1 << d):
+                wc = 1.0
+                for a in range(d):
+                    wc *= w[a] if (corner >> (d - 1 - a)) & 1 else 1.0 - w[a]
+                if wc > 0.0:
+                    f = 0
+                    for a in range(d):
+                        f += (lo[a] + ((corner >> (d - 1 - a)) & 1)) * strides[a]
+                    v = flat[f]
+                    if np.isnan(v):
+                        c = 6
+                        break
+                    acc += wc * v
+        code[j] = c
+        out[j] = np.exp(acc) if c == 0 else np.nan
+
+
+def interpolate(grid: Grid, points) -> tuple[np.ndarray, np.ndarray]:
+    """``(seconds, code)`` at ``points`` (one array per axis of ``grid``, broadcast together; values
+    in the axis units, not logs): multilinear in the logs between the bracketing grid values of every
+    axis; ``code`` is 0 where interpolated, 5 outside an axis's range, 6 where a bracketing grid point
+    with non-zero weight has no row (seconds NaN at both).
+
+    An axis queried at one value for every plan (a scalar, e.g. ``k = hidden``) is interpolated on
+    the grid first (grid-sized work); the per-plan work (a compiled loop, :func:`_interp_kernel`) is
+    multilinear over the other axes only."""
+    pts = [np.asarray(p, dtype=float) for p in points]
+    shape = np.broadcast_shapes(*(p.shape for p in pts))
+    vals, axes = grid.values, list(grid.axes)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for d in reversed(range(len(axes))):
+            if pts[d].size != 1 or len(axes) == 1:
+                continue
+            x, ax = float(np.log(pts[d].reshape(()))), axes[d]
+            if not ax[0] <= x <= ax[-1]:
+                return np.full(shape, np.nan), np.full(shape, 5, dtype=np.int8)
+            i = min(int(np.searchsorted(ax, x, side="right")) - 1, len(ax) - 1)
+            w = 0.0 if i == len(ax) - 1 else (x - ax[i]) / (ax[i + 1] - ax[i])
+            vals = vals.take(i, axis=d) if w == 0.0 else (
+                (1.0 - w) * vals.take(i, axis=d) + w * vals.take(i + 1, axis=d))
+            del axes[d], pts[d]
+        X = np.empty((int(np.prod(shape, dtype=np.int64)), len(axes)))
+        for a, p in enumerate(pts):
+            X[:, a] = np.log(np.broadcast_to(p, shape)).ravel()
+    flat = np.ascontiguousarray(vals, dtype=float).ravel()
+    strides = np.array([int(np.prod(vals.shape[j + 1:], dtype=np.int64)) for j in range(len(axes))], np.int64)
+    lens = np.array([len(a) for a in axes], np.int64)
+    offs = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
+    out = np.empty(X.shape[0])
+    code = np.empty(X.shape[0], dtype=np.int8)
+    _interp_kernel(X, np.concatenate(axes).astype(float), offs, lens, strides, flat, out, code)
+    return out.reshape(shape), code.reshape(shape)
+
+
+# --------------------------------------------------------------------------------------- operators
+
+
+def gemm_seconds(folder: str, m, n, k, dtype: str = "bf16", framework: str = DEFAULT_FRAMEWORK):
+    """Measured seconds of a GEMM ``(m, n, k)`` (arrays broadcast) and the reason code of each
+    (0: measured; see :data:`REASONS`)."""
+    m, n, k = np.broadcast_arrays(*[np.asarray(x, dtype=float) for x in (m, n, k)])
+    g = table(folder, "gemm", framework).grid((GEMM_DTYPES.get(dtype, dtype),))
+    if g is None:
+        return np.full(m.shape, np.nan), np.full(m.shape, 4, dtype=np.int8)
+    return interpolate(g, (m, n, k))
+
+
+def allreduce_seconds(folder: str, message_bytes, n, framework: str = DEFAULT_FRAMEWORK):
+    """Measured seconds of an all-reduce of ``message_bytes`` per device over ``n`` GPUs (bf16; only
+    at the GPU counts the table measured, no interpolation between counts) and the reason code of
+    each; ``n <= 1`` is no operator (0 s, code 1)."""
+    msg, n = np.broadcast_arrays(np.asarray(message_bytes, dtype=float), np.asarray(n, dtype=float))
+    g = table(folder, "allreduce", framework).grid(("bfloat16",))
+    if g is None:
+        sec, code = np.full(msg.shape, np.nan), np.full(msg.shape, 4, dtype=np.int8)
+    else:
+        sec, code = interpolate(g, (n, msg))
+        code = np.where(np.isin(n, np.round(np.exp(g.axes[0]))), code, 7).astype(np.int8)
+        sec = np.where(code == 0, sec, np.nan)
+    return np.where(n <= 1, 0.0, sec), np.where(n <= 1, NO_OP, code).astype(np.int8)
+
+
+# ----------------------------------------------------------------------------------------- backend
+
+
+class Fallbacks:
+    """Seconds and operator evaluations priced by the roofline instead of a table, per
+    ``(device, kind, reason)``; ``measured`` the same for the operators read from tables. Seconds are
+    those of one instance of each operator, summed over the plans (:func:`analysis.forward.price`
+    multiplies by the operator's count per pass after the backend; its :func:`analysis.forward.ledger`
+    holds the counted seconds and the measured share)."""
+
+    def __init__(self):
+        self.by_reason: dict[tuple[str, str, str], list] = {}
+        self.measured: dict[tuple[str, str], list] = {}
+
+    def add(self, device, kind, reason, seconds, count):
+        e = self.by_reason.setdefault((device, kind, reason), [0.0, 0])
+        e[0] += float(seconds)
+        e[1] += int(count)
+
+    def add_measured(self, device, kind, seconds, count):
+        e = self.measured.setdefault((device, kind), [0.0, 0])
+        e[0] += float(seconds)
+        e[1] += int(count)
+
+    def table(self) -> pd.DataFrame:
+        rows = [{"device": d, "kind": k, "reason": r, "seconds": s, "evaluations": c}
+                for (d, k, r), (s, c) in sorted(self.by_reason.items())]
+        return pd.DataFrame(rows, columns=["device", "kind", "reason", "seconds", "evaluations"])
+
+
+_FALLBACKS: contextvars.ContextVar = contextvars.ContextVar("measured_fallbacks", default=None)
+TOTALS = Fallbacks()  # the whole process's record: no fallback goes unrecorded
+
+
+@contextlib.contextmanager
+def fallbacks():
+    """Record the fallbacks (and measured operators) priced inside the ``with`` block."""
+    rec = Fallbacks()
+    tok = _FALLBACKS.set(rec)
+    try:
+        yield rec
+    finally:
+        _FALLBACKS.reset(tok)
+
+
+def _record(device, kind, code, seconds, detail: dict):
+    recs = [TOTALS] + ([_FALLBACKS.get()] if _FALLBACKS.get() is not None else [])
+    c = code.ravel().astype(np.intp)
+    n = np.bincount(c, minlength=len(REASONS) + 2)
+    sec = np.bincount(c, weights=np.ravel(seconds), minlength=len(n))
+    for i in np.flatnonzero(n):
+        for r in recs:
+            if i == MEASURED:
+                r.add_measured(device, kind, sec[i], n[i])
+            elif i != NO_OP:
+                r.add(device, kind, detail.get(int(i), REASONS.get(int(i), str(i))), sec[i], n[i])
+
+
+def _price(device: str, folder: str | None, comm_tables: bool, framework: str, note: str, op, eff):
+    roof, _ = forward.roofline_backend(op, eff)
+    roof = np.asarray(roof, dtype=float)
+    detail = {8: f"{REASONS[8]}: {note}"} if note else {}
+    if folder is None:
+        code = np.full(roof.shape, 2, dtype=np.int8)
+        detail[2] = f"{REASONS[2]} ({device})"
+        sec = roof
+    elif op.kind == "gemm":
+        sec, code = gemm_seconds(folder, op.shape["m"], op.shape["n"], op.shape["k"], op.dtype, framework)
+    elif op.kind == "allreduce":
+        if comm_tables:
+            sec, code = allreduce_seconds(folder, op.shape["bytes"], op.shape["n"], framework)
+        else:
+            n = np.asarray(op.shape["n"], dtype=float)
+            sec, code = np.zeros(n.shape), np.where(n > 1, 8, NO_OP).astype(np.int8)
+    else:
+        code = np.full(roof.shape, 3, dtype=np.int8)
+        detail[3] = KIND_REASONS.get(op.kind, f"{op.kind}: no table")
+        sec = roof
+    sec, code, roof = np.broadcast_arrays(sec, code, roof)
+    ok = code == MEASURED
+    out = np.where(ok, sec, np.where(code == NO_OP, 0.0, roof))
+    _record(device, op.kind, code, out, detail)
+    return out, ok.astype(float)
+
+
+def backend_name(device: str, framework: str = DEFAULT_FRAMEWORK) -> str:
+    """The registered backend name of ``device`` (``"measured:<device>"``, ``@<framework>`` appended
+    for a framework other than the default), registering it on first use."""
+    name = f"measured:{device}" + ("" if framework == DEFAULT_FRAMEWORK else f"@{framework}")
+    if name not in forward.backends():
+        folder, comm, note = DEVICE_TABLES.get(device, (None, False, ""))
+        forward.register_backend(name, functools.partial(_price, device, folder, comm, framework, note))
+    return name
+
+
+def device(name: str, prec: forward.Precision = forward.Precision(),
+           framework: str = DEFAULT_FRAMEWORK) -> dict:
+    """:func:`analysis.forward.instance_device` of a GPU priced by its measured tables."""
+    return {**forward.instance_device(name, prec), "backend": backend_name(name, framework)}
+
+
+for _d in DEVICE_TABLES:
+    backend_name(_d)

@@ -1,0 +1,182 @@
+"""The measured operator backend (analysis.measured, issue 27 item 1): AIConfigurator's silicon tables
+read once, interpolated log-log between the measured points, the roofline where they have no entry
+(with a recorded reason), a clear error naming a missing or corrupt table file, and the measured share
+of a plan's time in :func:`analysis.forward.ledger`."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import forward as fw
+from analysis import measured as M
+from analysis import specs
+
+GPU, FOLDER = "H200-SXM-141GB", "h200_sxm"
+EFF = fw.Efficiency()
+
+
+@pytest.fixture(scope="module")
+def gemm_rows():
+    t = M.table(FOLDER, "gemm")
+    df = pd.read_parquet(t.path)
+    return df[df["gemm_dtype"] == "bfloat16"]
+
+
+def _gemm_op(m, n, k, dtype="bf16"):
+    g = specs.gpu(GPU)
+    m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
+    return fw.Op("gemm", {"m": m, "n": n, "k": k}, 2.0 * m * n * k, 2.0 * (m * k + n * k + m * n),
+                 g.flops("bf16"), g["hbm_bandwidth"], dtype=dtype)
+
+
+def test_every_gpu_of_the_hardware_table_is_mapped_to_a_package_folder():
+    root = M.data_root()
+    assert set(specs.hardware_names("gpu")) == set(M.DEVICE_TABLES)
+    for dev, (folder, comm, note) in M.DEVICE_TABLES.items():
+        assert (root / folder / "gemm").is_dir(), dev
+        assert comm or ("own links" in note), dev  # a chip measured on another's links says so
+    assert M.DEVICE_TABLES["H800-SXM5-80GB"][:2] == ("h100_sxm", False)
+    assert M.package_version() == M.PACKAGE_VERSION
+
+
+def test_tables_are_read_once_and_record_framework_and_version():
+    a = M.table(FOLDER, "gemm")
+    assert M.table(FOLDER, "gemm") is a  # cached: read once per process
+    rec = [r for r in M.tables_used() if r["gpu"] == FOLDER and r["kind"] == "gemm"]
+    assert rec and rec[0]["framework"] == "TRTLLM" and rec[0]["version"] == a.path.parent.name
+    assert rec[0]["file"].endswith("gemm_perf.parquet") and "bfloat16" in rec[0]["keys"]
+
+
+def test_interpolation_reproduces_every_table_point(gemm_rows):
+    sec, code = M.gemm_seconds(FOLDER, gemm_rows["m"], gemm_rows["n"], gemm_rows["k"])
+    assert np.all(code == 0)
+    np.testing.assert_allclose(sec, gemm_rows["latency"].to_numpy() * 1e-3, rtol=1e-12)
+    ar = pd.read_parquet(M.table(FOLDER, "allreduce").path)
+    s, c = M.allreduce_seconds(FOLDER, ar["message_size"], ar["num_gpus"])
+    assert np.all(c == 0)
+    np.testing.assert_allclose(s, ar["latency"].to_numpy() * 1e-3, rtol=1e-12)
+
+
+def test_between_points_the_interpolation_is_log_log_linear(gemm_rows):
+    """Between two measured m (fixed n, k) the time is the geometric interpolation of the two; a
+    nearest-point or roofline answer fails here."""
+    x = gemm_rows[(gemm_rows["n"] == 4096) & (gemm_rows["k"] == 4096)].sort_values("m")
+    m0, m1 = 257, 512  # adjacent measured m
+    t0, t1 = (float(x.loc[x["m"] == m, "latency"].iloc[0]) * 1e-3 for m in (m0, m1))
+    assert t0 != t1
+    for f in (0.25, 0.5, 0.8):
+        m = m0 * (m1 / m0) ** f
+        want = t0 ** (1 - f) * t1 ** f
+        got, code = M.gemm_seconds(FOLDER, m, 4096, 4096)
+        assert code == 0 and float(got) == pytest.approx(want, rel=1e-9)
+    # n between two measured values (m, k on the grid): the same rule along n
+    y = gemm_rows[(gemm_rows["m"] == 1024) & (gemm_rows["k"] == 4096)].set_index("n")["latency"] * 1e-3
+    got, _ = M.gemm_seconds(FOLDER, 1024, np.sqrt(4096 * 5120), 4096)
+    assert float(got) == pytest.approx(np.sqrt(y[4096] * y[5120]), rel=1e-9)
+
+
+def test_monotone_in_m_where_the_table_is(gemm_rows):
+    x = gemm_rows[(gemm_rows["n"] == 8192) & (gemm_rows["k"] == 8192)].sort_values("m")
+    m, t = x["m"].to_numpy(), x["latency"].to_numpy()
+    checked = 0
+    for i in range(len(m) - 1):
+        if t[i + 1] >= t[i]:
+            q = np.geomspace(m[i], m[i + 1], 17)
+            s, _ = M.gemm_seconds(FOLDER, q, 8192, 8192)
+            assert np.all(np.diff(s) >= -1e-12 * s[:-1]), (m[i], m[i + 1])  # equal ends: rounding only
+            checked += 1
+    assert checked > 20
+
+
+def test_vectorised_over_plans():
+    m = np.array([[1.0, 64.0, 1000.0], [4096.0, 20000.0, 1e6]])
+    s, c = M.gemm_seconds(FOLDER, m, np.array([[4096.0], [1536.0]]), 4096)
+    assert s.shape == c.shape == (2, 3)
+    assert list(c.ravel()) == [0, 0, 0, 0, 0, 5] and np.isnan(s[1, 2])
+
+
+def test_out_of_range_and_uncovered_shapes_fall_back_to_the_roofline_with_a_reason():
+    name = M.backend_name(GPU)
+    op = _gemm_op([128.0, 1e6, 128.0], [4096.0, 4096.0, 1e6], 4096.0)  # m, then n, past the table
+    roof, _ = fw.roofline_backend(op, EFF)
+    with M.fallbacks() as fb, fw.ledger() as led:
+        t = fw.price(op, EFF, name)
+    np.testing.assert_allclose(t[1:], roof[1:], rtol=1e-12)
+    assert t[0] != pytest.approx(roof[0]) and list(led.measured_share) == [1.0, 0.0, 0.0]
+    [(key, (sec, count))] = fb.by_reason.items()
+    assert key == (GPU, "gemm", M.REASONS[5]) and count == 2 and sec == pytest.approx(roof[1] + roof[2])
+    # a dtype without a table, and an operator kind with none
+    with M.fallbacks() as fb:
+        fw.price(_gemm_op(128.0, 4096.0, 4096.0, dtype="fp4"), EFF, name)
+        att = fw.Op("attention", {"batch": 8.0}, 1e9, 1e8, 989e12, 4.8e12)
+        assert fw.price(att, EFF, name) == pytest.approx(fw.roofline_backend(att, EFF)[0])
+    reasons = {k[2] for k in fb.by_reason}
+    assert M.REASONS[4] in reasons and any(r.startswith("attention:") for r in reasons)
+
+
+def test_unknown_devices_and_other_chips_links_fall_back_with_reason():
+    npu = M.backend_name("NPU-1000T-64G")  # chapter 3's NPU design points have no tables
+    op = _gemm_op(128.0, 4096.0, 4096.0)
+    with M.fallbacks() as fb:
+        assert fw.price(op, EFF, npu) == pytest.approx(fw.roofline_backend(op, EFF)[0])
+    assert list(fb.by_reason) == [("NPU-1000T-64G", "gemm", "no table for this device (NPU-1000T-64G)")]
+    # H800: H100's compute tables, its own (slower) links for communication
+    h800 = M.backend_name("H800-SXM5-80GB")
+    ar = fw.Op("allreduce", {"bytes": 1e6, "n": 8.0}, bytes_=1e6, wire_s=1.2345e-4)
+    with M.fallbacks() as fb:
+        assert fw.price(ar, EFF, h800) == pytest.approx(1.2345e-4)
+        g, _ = fw.get_backend(h800)(op, EFF)
+    [key] = fb.by_reason
+    assert key[1] == "allreduce" and "H800" in key[2] and "own links" in key[2]
+    want, _ = M.gemm_seconds("h100_sxm", 128.0, 4096.0, 4096.0)
+    assert g == pytest.approx(float(want), rel=1e-12)
+    # a GPU count the all-reduce table did not measure; one GPU is no operator at all
+    s, c = M.allreduce_seconds(FOLDER, 1e6, [1.0, 3.0, 16.0, 8.0])
+    assert list(c) == [M.NO_OP, 7, 7, 0] and s[0] == 0.0
+
+
+def test_measured_share_of_a_plan_mixing_covered_and_uncovered_operators():
+    name = M.backend_name(GPU)
+    gemm = _gemm_op([256.0, 512.0], 4096.0, 4096.0)
+    att = fw.Op("attention", {"batch": 8.0}, np.array([2e11, 4e11]), 1e9, 989e12, 4.8e12)
+    with fw.ledger() as led:
+        tg = fw.price(gemm, EFF, name, count=32)
+        ta = fw.price(att, EFF, name, count=32)
+    want, _ = M.gemm_seconds(FOLDER, [256.0, 512.0], 4096.0, 4096.0)
+    np.testing.assert_allclose(tg, 32 * want, rtol=1e-12)
+    np.testing.assert_allclose(led.measured_share, tg / (tg + ta), rtol=1e-12)
+    # a whole forward pass: the share is the table-priced operators' seconds over the pass's
+    s = fw.shape("Llama-3.1-8B")
+    with fw.ledger() as led, M.fallbacks() as fb:
+        fw.colocated_pass_time(s, fw.Precision(), EFF, M.device(GPU), tp=np.array([1.0, 2.0, 8.0]),
+                               dec_seqs=64.0, dec_ctx=4096.0)
+    share = np.asarray(led.measured_share)
+    assert share.shape == (3,) and np.all((share > 0) & (share < 1))
+    assert ("H200-SXM-141GB", "gemm") in fb.measured and ("H200-SXM-141GB", "allreduce") in fb.measured
+    with fw.ledger() as roof:
+        fw.colocated_pass_time(s, fw.Precision(), EFF, fw.instance_device(GPU), tp=np.array([1.0, 2.0, 8.0]),
+                               dec_seqs=64.0, dec_ctx=4096.0)
+    assert np.all(np.asarray(roof.measured_share) == 0)  # the default stays the roofline
+
+
+def test_a_missing_or_corrupt_table_is_an_error_naming_the_file(tmp_path):
+    src = M.table(FOLDER, "gemm").path
+    d = tmp_path / "h200_sxm" / "gemm" / "trtllm" / "9.9.9"
+    d.mkdir(parents=True)
+    bad = d / "gemm_perf.parquet"
+    shutil.copy(src, bad)
+    bad.write_bytes(bad.read_bytes()[: 4096])  # truncated: corrupt
+    assert M.table_path("h200_sxm", "gemm", root=tmp_path) == bad
+    with pytest.raises(M.TableError, match=str(bad)):
+        M.load(bad, "gemm")
+    pd.DataFrame({"m": [1], "latency": [0.1]}).to_parquet(bad)  # readable, wrong columns
+    with pytest.raises(M.TableError, match=rf"{bad}.*lacks the columns"):
+        M.load(bad, "gemm")
+    bad.unlink()
+    with pytest.raises(M.TableError, match=str(bad)):
+        M.load(bad, "gemm")
+    with pytest.raises(M.TableError, match=str(tmp_path / "h200_sxm" / "gemm" / "trtllm")):
+        M.table_path("h200_sxm", "gemm", root=tmp_path)
