@@ -308,6 +308,50 @@ def _interp_kernel(X, ax_cat, ax_off, ax_len, strides, flat, out, code):  # prag
         out[j] = np.exp(acc) if c == 0 else np.nan
 
 
+@njit(inline="always")
+def _lower(ax, x):  # pragma: no cover (numba)
+    """Index of the last value of the sorted ``ax`` that is <= ``x`` (``ax[0] <= x``), branch-free."""
+    i = 0
+    length = ax.shape[0]
+    while length > 1:
+        half = length // 2
+        i = i + half if ax[i + half] <= x else i
+        length -= half
+    return i
+
+
+@njit(cache=True)
+def _interp_kernel2(X, a0, a1, vals, out, code):  # pragma: no cover (numba)
+    """:func:`_interp_kernel` unrolled for two axes (the common case: a GEMM's ``m, n`` at one ``k``;
+    an all-reduce's GPU count and message size)."""
+    L0 = a0.shape[0]
+    L1 = a1.shape[0]
+    for j in range(X.shape[0]):
+        u = X[j, 0]
+        v = X[j, 1]
+        if not (u >= a0[0] and u <= a0[L0 - 1] and v >= a1[0] and v <= a1[L1 - 1]):
+            code[j] = 5
+            out[j] = np.nan
+            continue
+        i = _lower(a0, u)
+        k = _lower(a1, v)
+        wu = 0.0 if i == L0 - 1 else (u - a0[i]) / (a0[i + 1] - a0[i])
+        wv = 0.0 if k == L1 - 1 else (v - a1[k]) / (a1[k + 1] - a1[k])
+        acc = (1.0 - wu) * (1.0 - wv) * vals[i, k]  # the lower corner always carries weight > 0
+        if wv > 0.0:
+            acc += (1.0 - wu) * wv * vals[i, k + 1]
+        if wu > 0.0:
+            acc += wu * (1.0 - wv) * vals[i + 1, k]
+            if wv > 0.0:
+                acc += wu * wv * vals[i + 1, k + 1]
+        if np.isnan(acc):  # a bracketing point with weight > 0 has no row
+            code[j] = 6
+            out[j] = np.nan
+        else:
+            code[j] = 0
+            out[j] = np.exp(acc)
+
+
 def interpolate(grid: Grid, points) -> tuple[np.ndarray, np.ndarray]:
     """``(seconds, code)`` at ``points`` (one array per axis of ``grid``, broadcast together; values
     in the axis units, not logs): multilinear in the logs between the bracketing grid values of every
@@ -341,7 +385,10 @@ def interpolate(grid: Grid, points) -> tuple[np.ndarray, np.ndarray]:
     offs = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
     out = np.empty(X.shape[0])
     code = np.empty(X.shape[0], dtype=np.int8)
-    _interp_kernel(X, np.concatenate(axes).astype(float), offs, lens, strides, flat, out, code)
+    if len(axes) == 2:
+        _interp_kernel2(X, axes[0], axes[1], np.ascontiguousarray(vals, dtype=float), out, code)
+    else:
+        _interp_kernel(X, np.concatenate(axes).astype(float), offs, lens, strides, flat, out, code)
     return out.reshape(shape), code.reshape(shape)
 
 
@@ -351,10 +398,11 @@ def interpolate(grid: Grid, points) -> tuple[np.ndarray, np.ndarray]:
 def gemm_seconds(folder: str, m, n, k, dtype: str = "bf16", framework: str = DEFAULT_FRAMEWORK):
     """Measured seconds of a GEMM ``(m, n, k)`` (arrays broadcast) and the reason code of each
     (0: measured; see :data:`REASONS`)."""
-    m, n, k = np.broadcast_arrays(*[np.asarray(x, dtype=float) for x in (m, n, k)])
+    m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))  # not broadcast: a scalar axis is cheap
     g = table(folder, "gemm", framework).grid((GEMM_DTYPES.get(dtype, dtype),))
     if g is None:
-        return np.full(m.shape, np.nan), np.full(m.shape, 4, dtype=np.int8)
+        shape = np.broadcast_shapes(m.shape, n.shape, k.shape)
+        return np.full(shape, np.nan), np.full(shape, 4, dtype=np.int8)
     return interpolate(g, (m, n, k))
 
 
