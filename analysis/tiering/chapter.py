@@ -27,11 +27,6 @@ TABLE2 = {"mooncake_conversation": "conversation", "mooncake_toolagent": "toolag
 NONE_PUBLISHED = "none published"
 
 
-def _lookup(table, _name, key):
-    """``recompute(name, value)`` of a verdict whose assumption selects a precomputed value."""
-    return table[key]
-
-
 def timed_hit_curve(trace):
     """The one-pass LRU hit curve of ``trace`` and the seconds it took."""
     t0 = time.perf_counter()
