@@ -236,9 +236,13 @@ def load(path: Path, kind: str) -> Table:
     return Table(path, kind, fw_ver[0][0] if len(fw_ver) == 1 else str(fw_ver), path.parent.name, grids)
 
 
-@functools.lru_cache(maxsize=None)
 def table(folder: str, kind: str, framework: str = DEFAULT_FRAMEWORK) -> Table:
     """The table ``kind`` of a GPU folder, read once per process and recorded in :func:`tables_used`."""
+    return _table(folder, kind, framework)
+
+
+@functools.lru_cache(maxsize=None)
+def _table(folder: str, kind: str, framework: str) -> Table:
     p = table_path(folder, kind, framework)
     t = load(p, kind)
     _USED[p] = t
