@@ -30,10 +30,16 @@ Operators covered (item 1 of issue 27)
 * ``allreduce`` (message ``bytes`` per device, ``n`` ranks): the framework's custom all-reduce table
   (``custom_allreduce_perf``, bf16), at exactly the GPU counts it measured (2, 4, 8; 16 on some
   GB300 tables); ``n = 1`` is no operator (0 s, not counted as measured or fallback).
-* every other kind (``attention``, ``moe``, ``state``, ``alltoall``, ``p2p``) falls back to the
-  roofline with a reason saying what is missing: the attention and MoE tables are keyed on query
-  heads, head size, hidden and intermediate sizes that :class:`analysis.forward.Op` does not carry
-  yet, and the all-to-all needs the DeepEP tables with node count (issue 27, item 2).
+* ``attention`` when the operator's shape carries ``heads`` (query heads on the device) and
+  ``head_dim`` (optionally ``window``, ``kv_dtype``, and ``family = "mla"`` to mark MLA, which falls
+  back): a decode pass from ``generation_attention_perf`` at ``(batch, step = kv_tokens / batch)``, a
+  prefill without a cached prefix from ``context_attention_perf`` at ``(batch, isl = tokens /
+  batch)``; a mixed pass or a prefill after a prefix falls back. :mod:`analysis.forward` does not pass
+  ``heads``/``head_dim`` yet, so its attention falls back with that reason until it does.
+* every other kind (``moe``, ``state``, ``alltoall``, ``p2p``) falls back to the roofline with a
+  reason saying what is missing: the MoE tables are keyed on hidden and intermediate sizes, top-k,
+  experts and EP/TP that :class:`analysis.forward.Op` does not carry yet, and the all-to-all needs
+  the DeepEP tables with node count (issue 27, item 2).
 
 Interpolation
 -------------
@@ -103,10 +109,14 @@ DEVICE_TABLES: dict[str, tuple[str, bool, str]] = {
 # forward's compute dtype -> the GEMM table's gemm_dtype
 GEMM_DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "fp4": "nvfp4"}
 
-# (operator folder, file stem, numeric axes, discrete axes, key column) per table kind
+# (operator folder, file stem, numeric axes, discrete axes, key columns) per table kind
+_ATTN_KEYS = ("attn_dtype", "kv_cache_dtype", "num_heads", "num_key_value_heads", "head_dim", "window_size")
 TABLE_KINDS = {
-    "gemm": ("gemm", "gemm_perf", ("m", "n", "k"), (), "gemm_dtype"),
-    "allreduce": ("comm", "custom_allreduce_perf", ("num_gpus", "message_size"), (), "allreduce_dtype"),
+    "gemm": ("gemm", "gemm_perf", ("m", "n", "k"), (), ("gemm_dtype",)),
+    "allreduce": ("comm", "custom_allreduce_perf", ("num_gpus", "message_size"), (), ("allreduce_dtype",)),
+    "context_attention": ("attention", "context_attention_perf", ("batch_size", "isl"), (), _ATTN_KEYS),
+    "generation_attention": ("attention", "generation_attention_perf", ("batch_size", "step"), (),
+                             _ATTN_KEYS),
 }
 
 # reasons, one code each (0: measured)
@@ -119,10 +129,13 @@ REASONS = {
     6: "the table has no row at a bracketing grid point",
     7: "GPU count not measured",
     8: "communication on this device's own links (its tables measured another chip's links)",
+    9: "no table for these heads, KV heads, head size, window or dtypes",
+    10: "a pass mixing prefill and decode, or a prefill after a cached prefix: no table",
+    11: "MLA attention: the MLA tables are not mapped yet",
 }
 KIND_REASONS = {
     "attention": "attention: the tables are keyed on query heads and head size, which forward.Op does not "
-                 "carry yet (issue 27 item 2)",
+                 "carry yet (shape keys heads, head_dim; issue 27 item 2)",
     "moe": "moe: the MoE tables are keyed on hidden and intermediate sizes, top-k, experts and EP/TP, which "
            "forward.Op does not carry yet (issue 27 item 2)",
     "state": "state (linear attention): no table mapped yet",
@@ -214,7 +227,7 @@ def load(path: Path, kind: str) -> Table:
     except Exception as e:  # pyarrow raises several types for a corrupt file
         raise TableError(f"measured table {path} cannot be read ({type(e).__name__}: {e}); "
                          f"reinstall {DISTRIBUTION}=={PACKAGE_VERSION}") from e
-    need = {"framework", "version", "latency", key, *cont, *disc}
+    need = {"framework", "version", "latency", *key, *cont, *disc}
     missing = sorted(need - set(df.columns))
     if missing:
         raise TableError(f"measured table {path} lacks the columns {missing}")
@@ -226,7 +239,7 @@ def load(path: Path, kind: str) -> Table:
     fw_ver = sorted(set(zip(df["framework"].astype(str), df["version"].astype(str))))
     df = df.assign(_loglat=np.log(lat * 1e-3))  # ms -> s
     grids = {}
-    for k, g in df.groupby([key, *disc], sort=True):
+    for k, g in df.groupby([*key, *disc], sort=True):
         g = g.groupby(list(cont), sort=True)["_loglat"].mean()  # repeated measurements: mean of logs
         idx = g.index if len(cont) > 1 else pd.MultiIndex.from_arrays([g.index])
         axes = tuple(np.log(np.asarray(lv, dtype=float)) for lv in idx.levels)
@@ -425,6 +438,41 @@ def allreduce_seconds(folder: str, message_bytes, n, framework: str = DEFAULT_FR
     return np.where(n <= 1, 0.0, sec), np.where(n <= 1, NO_OP, code).astype(np.int8)
 
 
+def attention_seconds(folder: str, batch, tokens, kv_tokens, heads, kv_heads, head_dim, window=0.0,
+                      kv_dtype: str = "bf16", framework: str = DEFAULT_FRAMEWORK):
+    """Measured seconds of one layer's attention core on one device and the reason code of each plan:
+    ``batch`` sequences, ``tokens`` new tokens, ``kv_tokens`` cached tokens read, ``heads`` query heads
+    and ``kv_heads`` KV heads on the device, ``head_dim``, sliding ``window`` (0: none). A decode pass
+    (one new token per sequence) reads the generation table at ``step = kv_tokens / batch``; a prefill
+    without a cached prefix the context table at ``isl = tokens / batch``; both interpolated log-log
+    in (batch, length) at exactly the table's heads, KV heads, head size, window and dtypes (attention
+    in bf16, the KV cache in ``kv_dtype``). A mixed pass or a prefill after a prefix falls back."""
+    arrs = np.broadcast_arrays(*[np.asarray(x, dtype=float)
+                                 for x in (batch, tokens, kv_tokens, heads, kv_heads)])
+    shape = arrs[0].shape
+    b, t, kvt, h, kvh = (x.ravel() for x in arrs)
+    sec = np.full(b.shape, np.nan)
+    code = np.full(b.shape, 10, dtype=np.int8)
+    dec = (t == b) & (b > 0)
+    pre = (kvt == 0) & (t > b) & (b > 0)
+    kvd = GEMM_DTYPES.get(kv_dtype, kv_dtype)
+    combos, inv = np.unique(h * 65536.0 + kvh, return_inverse=True)
+    for i, c in enumerate(combos):
+        sel = inv == i
+        for kind, mask, length in (("generation_attention", dec, kvt / np.maximum(b, 1.0)),
+                                   ("context_attention", pre, t / np.maximum(b, 1.0))):
+            m = sel & mask
+            if not m.any():
+                continue
+            key = ("bfloat16", kvd, int(c // 65536), int(c % 65536), int(head_dim), int(window))
+            g = table(folder, kind, framework).grid(key) if float(c // 65536) == c // 65536 else None
+            if g is None:
+                code[m] = 9
+                continue
+            sec[m], code[m] = interpolate(g, (b[m], length[m]))
+    return sec.reshape(shape), code.reshape(shape)
+
+
 # ----------------------------------------------------------------------------------------- backend
 
 
@@ -499,6 +547,13 @@ def _price(device: str, folder: str | None, comm_tables: bool, framework: str, n
         else:
             n = np.asarray(op.shape["n"], dtype=float)
             sec, code = np.zeros(n.shape), np.where(n > 1, 8, NO_OP).astype(np.int8)
+    elif op.kind == "attention" and op.shape.get("family") == "mla":
+        code, sec = np.full(roof.shape, 11, dtype=np.int8), roof
+    elif op.kind == "attention" and "heads" in op.shape and "head_dim" in op.shape:
+        sh = op.shape
+        sec, code = attention_seconds(folder, sh["batch"], sh["tokens"], sh["kv_tokens"], sh["heads"],
+                                      sh["kv_heads"], sh["head_dim"], sh.get("window", 0.0),
+                                      sh.get("kv_dtype", "bf16"), framework)
     else:
         code = np.full(roof.shape, 3, dtype=np.int8)
         detail[3] = KIND_REASONS.get(op.kind, f"{op.kind}: no table")

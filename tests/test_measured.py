@@ -194,3 +194,34 @@ def test_no_page_uses_the_measured_backend_yet():
     pages = sorted((Path(__file__).resolve().parent.parent / "book").glob("*.md"))
     assert pages and [p.name for p in pages if "measured import" in p.read_text() or
                       "analysis.measured" in p.read_text() or "import measured" in p.read_text()] == []
+
+
+def test_attention_from_the_generation_and_context_tables_when_the_op_carries_heads():
+    gen = pd.read_parquet(M.table(FOLDER, "generation_attention").path)
+    x = gen[(gen["num_heads"] == 32) & (gen["num_key_value_heads"] == 8) & (gen["head_dim"] == 128)
+            & (gen["window_size"] == 0) & (gen["kv_cache_dtype"] == "bfloat16")].head(50)
+    b, step = x["batch_size"].to_numpy(float), x["step"].to_numpy(float)
+    sec, code = M.attention_seconds(FOLDER, b, b, b * step, 32, 8, 128)  # decode: one token per sequence
+    assert np.all(code == 0)
+    np.testing.assert_allclose(sec, x["latency"].to_numpy() * 1e-3, rtol=1e-12)
+    ctx = pd.read_parquet(M.table(FOLDER, "context_attention").path)
+    y = ctx[(ctx["num_heads"] == 32) & (ctx["num_key_value_heads"] == 8) & (ctx["head_dim"] == 128)
+            & (ctx["window_size"] == 0) & (ctx["kv_cache_dtype"] == "bfloat16")
+            & (ctx["attn_dtype"] == "bfloat16") & (ctx["isl"] > 1)].head(50)
+    b, isl = y["batch_size"].to_numpy(float), y["isl"].to_numpy(float)
+    sec, code = M.attention_seconds(FOLDER, b, b * isl, 0.0, 32, 8, 128)
+    assert np.all(code == 0)
+    np.testing.assert_allclose(sec, y["latency"].to_numpy() * 1e-3, rtol=1e-12)
+    # through the backend: a decode plan measured, a mixed pass, an unmeasured head count and MLA not
+    name = M.backend_name(GPU)
+    shape = {"batch": np.array([32.0, 32.0, 32.0]), "tokens": np.array([32.0, 544.0, 32.0]),
+             "kv_tokens": np.array([32 * 4095.0, 32 * 4095.0, 32 * 4095.0]), "kv_heads": 8.0,
+             "heads": np.array([32.0, 32.0, 7.0]), "head_dim": 128}
+    att = fw.Op("attention", shape, 1e9, 1e9, 989e12, 4.8e12)
+    want, _ = M.attention_seconds(FOLDER, 32.0, 32.0, 32 * 4095.0, 32, 8, 128)
+    with M.fallbacks() as fb:
+        with fw.ledger() as led:
+            t = fw.price(att, EFF, name)
+        fw.price(fw.Op("attention", {**shape, "family": "mla"}, 1e9, 1e9, 989e12, 4.8e12), EFF, name)
+    assert t[0] == pytest.approx(float(want), rel=1e-12) and list(led.measured_share) == [1.0, 0.0, 0.0]
+    assert {k[2] for k in fb.by_reason} == {M.REASONS[10], M.REASONS[9], M.REASONS[11]}
