@@ -7,12 +7,15 @@ processes, the longest first (by the cold run times in ``data/chapter_resources.
 each executed notebook exactly as myst-nb's cache client would (same reader, same hash, same cwd, the
 ``execution_seconds`` record), so that Sphinx then finds every page in the cache and executes none.
 A page is stored only when it executed without error; a failed page's traceback is returned for the
-build's failure report. An interrupted run stores the pages that had finished and nothing else.
+build's failure report. An interrupted run (Ctrl-C) stores the pages that had finished and nothing
+else, and starts no other page (not even one already queued to a worker).
 """
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
+import signal
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -72,18 +75,34 @@ def expected_seconds(page: Path, root: Path = REPO_ROOT) -> float:
     return float(rows["seconds"].max()) if not rows.empty else 0.0
 
 
+_STOP = None  # in a worker: the event the build sets when it is interrupted
+
+
+def _worker_init(stop) -> None:
+    """A worker outlives Ctrl-C (dying, it would break the pool and the build would not stop
+    cleanly): a page running when Ctrl-C comes stops (nbclient shuts its kernel down on SIGINT), and
+    once the build has set ``stop`` the worker starts no other page, not even one already queued."""
+    global _STOP
+    _STOP = stop
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _execute(path: str, timeout: int | None, root: str,
              reads: str | None = None) -> tuple[str, object, float, str | None]:
     """Worker: execute one page in its own directory; returns (path, notebook, seconds, traceback).
     ``reads``: a file where the page's kernel lists every repository file it reads (analysis.data)."""
     from jupyter_cache.executors.utils import single_nb_execution  # optional heavy dependency
 
+    if _STOP is not None and _STOP.is_set():
+        return path, None, 0.0, "KeyboardInterrupt: not started, the build was interrupted (Ctrl-C)"
     if reads:
         Path(reads).write_text("")
         os.environ["KVBOOK_TRACE_READS"] = reads  # the kernel inherits this process's environment
     nb = read_page(Path(path), Path(root))
     res = single_nb_execution(nb, cwd=str(Path(path).parent), timeout=timeout, allow_errors=False,
                               meta_override=True)
+    if _STOP is not None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # nbclient leaves Python's default handler
     return path, nb, float(res.time), (res.exc_string if res.err is not None else None)
 
 
@@ -120,31 +139,38 @@ def preexecute(pages: list[Path], jcache: Path, *, jobs: int = 2, root: Path = R
     t0 = time.perf_counter()
     log(f"executing {len(todo)} page(s) in {min(jobs, len(todo))} process(es): "
         + ", ".join(p.stem for p in todo))
-    with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as pool:
+    stop = multiprocessing.Event()
+    with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), initializer=_worker_init,
+                             initargs=(stop,)) as pool:
         tmp = {}
         if reads_dir is not None:
             Path(reads_dir).mkdir(parents=True, exist_ok=True)
             tmp = {str(Path(p).resolve()): reads_file(reads_dir, p).with_suffix(".log") for p in todo}
         futs = [pool.submit(_execute, str(Path(p).resolve()), timeout, str(root),
                             str(tmp[str(Path(p).resolve())]) if tmp else None) for p in todo]
-        for fut in as_completed(futs):
-            path, nb, seconds, tb = fut.result()
-            name = Path(path).stem
-            if tmp:
-                log_file = tmp[path]
-                read = sorted(set(log_file.read_text().split())) if log_file.exists() else []
-                log_file.unlink(missing_ok=True)
-                if tb is None:
-                    record = {"page": name, "key": (keys or {}).get(name), "reads": read}
-                    atomic_write(reads_file(reads_dir, path), json.dumps(record, indent=1))
-            if tb is not None:
-                failed[path] = tb
-                log(f"  failed   {name} after {seconds:.0f} s")
-                continue
-            cache.add_nb_to_project(path, read_data=READ_DATA)
-            cache.cache_notebook_bundle(CacheBundleIn(nb, path, data={"execution_seconds": seconds}),
-                                        check_validity=False, overwrite=True)
-            log(f"  executed {name} in {seconds:.0f} s")
+        try:
+            for fut in as_completed(futs):
+                path, nb, seconds, tb = fut.result()
+                name = Path(path).stem
+                if tmp:
+                    log_file = tmp[path]
+                    read = sorted(set(log_file.read_text().split())) if log_file.exists() else []
+                    log_file.unlink(missing_ok=True)
+                    if tb is None:
+                        record = {"page": name, "key": (keys or {}).get(name), "reads": read}
+                        atomic_write(reads_file(reads_dir, path), json.dumps(record, indent=1))
+                if tb is not None:
+                    failed[path] = tb
+                    log(f"  failed   {name} after {seconds:.0f} s")
+                    continue
+                cache.add_nb_to_project(path, read_data=READ_DATA)
+                cache.cache_notebook_bundle(CacheBundleIn(nb, path, data={"execution_seconds": seconds}),
+                                            check_validity=False, overwrite=True)
+                log(f"  executed {name} in {seconds:.0f} s")
+        except BaseException:  # Ctrl-C: no other page starts; the running ones stop (their kernel got it)
+            stop.set()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
     log(f"pages executed in {time.perf_counter() - t0:.0f} s")
     return failed
 

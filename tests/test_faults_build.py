@@ -53,8 +53,15 @@ while not (root / "release").exists() and time.time() - t0 < 120:
     time.sleep(0.05)
 print("slow says", sum(range(10)))"""
 
+# a page queued behind the slow one: it must not start once Ctrl-C was pressed
+AFTER = """\
+from pathlib import Path
+with open(Path.cwd().parent / "executions.log", "a") as fh:
+    fh.write("after\\n")
+print("after says", 2 ** 10)"""
+
 # analysis.build on another book root (every module-level path under the repository moved there), with
-# two executing processes
+# one executing process: the pages run in order, one queued behind the running one
 DRIVER = """\
 import sys
 from pathlib import Path
@@ -63,7 +70,7 @@ root, repo = Path(sys.argv[1]), b.REPO_ROOT
 for name, value in list(vars(b).items()):
     if name.isupper() and isinstance(value, Path) and value.is_relative_to(repo):
         setattr(b, name, root / value.relative_to(repo))
-sys.exit(b.main(["--no-strict", "--jobs", "2"]))
+sys.exit(b.main(["--no-strict", "--jobs", "1"]))
 """
 
 
@@ -73,9 +80,10 @@ def _book(root: Path) -> list[Path]:
         "title: t\nonly_build_toc_files: true\nexecute:\n  execute_notebooks: cache\n"
         "  cache: _build/.jupyter_cache\n  timeout: 300\n"
         "parse:\n  myst_enable_extensions: [colon_fence, dollarmath]\n")
-    (root / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nchapters:\n- file: book/slow\n")
+    (root / "_toc.yml").write_text("format: jb-book\nroot: book/a_intro\nchapters:\n- file: book/b_slow\n"
+                                   "- file: book/c_after\n")
     pages = []
-    for name, code in (("intro", INTRO), ("slow", SLOW)):
+    for name, code in (("a_intro", INTRO), ("b_slow", SLOW), ("c_after", AFTER)):
         p = root / "book" / f"{name}.md"
         p.write_text(PAGE.format(title=name, code=code))
         pages.append(p)
@@ -110,9 +118,9 @@ def _cache_a_page(root: Path, page: Path):
 @pytest.mark.parametrize("damage", ["truncated", "missing"])
 def test_a_half_written_cache_entry_is_removed_before_the_build(tmp_path, monkeypatch, capsys, damage):
     root = tmp_path / "b"
-    intro, slow = _book(root)
+    intro, slow, _ = _book(root)
     _use_root(monkeypatch, root)
-    build.invalidate(verbose=False)  # the keys of both pages recorded
+    build.invalidate(verbose=False)  # the keys of the pages recorded
     cache, rec = _cache_a_page(root, intro)
     _, other = _cache_a_page(root, slow)
     nb_file = Path(cache.path) / "executed" / rec.hashkey / "base.ipynb"
@@ -124,7 +132,7 @@ def test_a_half_written_cache_entry_is_removed_before_the_build(tmp_path, monkey
         cache.merge_match_into_notebook(execute.read_page(intro, root))
     assert [r.pk for r in build.broken_records(cache)] == [rec.pk]
     build.invalidate()
-    assert "removed a half-written cache entry of intro.md" in capsys.readouterr().out
+    assert "removed a half-written cache entry of a_intro.md" in capsys.readouterr().out
     assert [r.pk for r in cache.list_cache_records()] == [other.pk]  # the intact entry is kept
     assert execute.pending([intro, slow], build.JCACHE, root) == [intro]  # executes again
     assert not (Path(cache.path) / "executed" / rec.hashkey).exists()
@@ -133,17 +141,17 @@ def test_a_half_written_cache_entry_is_removed_before_the_build(tmp_path, monkey
 def test_a_changed_page_whose_cache_file_is_missing_does_not_stop_the_build(tmp_path, monkeypatch):
     """jupyter-cache's own remove_cache raises KeyError when the notebook file is missing."""
     root = tmp_path / "b"
-    intro, _ = _book(root)
+    intro, _, _ = _book(root)
     _use_root(monkeypatch, root)
     build.invalidate(verbose=False)
     cache, rec = _cache_a_page(root, intro)
     keys = json.loads(build.KEYS.read_text())
-    keys["book/intro.md"] = {"analysis/gone.py": "0" * 64}  # its key changed since
+    keys["book/a_intro.md"] = {"analysis/gone.py": "0" * 64}  # its key changed since
     build.KEYS.write_text(json.dumps(keys))
     shutil.rmtree(Path(cache.path) / "executed" / rec.hashkey)
     monkeypatch.setattr(build, "broken_records", lambda cache: [])  # the key change alone removes it
     changed = build.invalidate(verbose=False)
-    assert list(changed) == ["book/intro.md"] and cache.list_cache_records() == []
+    assert list(changed) == ["book/a_intro.md"] and cache.list_cache_records() == []
 
 
 def _outputs(html: Path) -> list[str]:
@@ -167,24 +175,23 @@ def _group_gone(pgid: int, wait_s: float = 20.0) -> bool:
 @pytest.mark.slow
 def test_an_interrupted_build_resumes_with_the_same_output(tmp_path):
     root, ref = tmp_path / "b", tmp_path / "ref"
-    intro, slow = _book(root)
+    intro, slow, after = _book(root)
     _book(ref)
     (tmp_path / "driver.py").write_text(DRIVER)
     env = dict(os.environ, PYTHONPATH=str(REPO), PYDEVD_DISABLE_FILE_VALIDATION="1")
     cmd = [sys.executable, str(tmp_path / "driver.py")]
     jcache = root / "_build" / ".jupyter_cache"
-    # 1. the build runs both pages; Ctrl-C (SIGINT to the terminal's process group) while the slow one
-    #    runs, once the other one is cached
+    log = root / "executions.log"
+    # 1. the build executes the pages one after another; Ctrl-C (SIGINT to the terminal's process group)
+    #    while the second runs, the first cached and the third queued
     p = subprocess.Popen(cmd + [str(root)], cwd=tmp_path, env=env, start_new_session=True,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         t0 = time.time()
-        while time.time() - t0 < 180 and p.poll() is None:
-            if (root / "slow-started").exists() and jcache.exists() \
-                    and execute.pending([intro], jcache, root) == []:
-                break
+        while time.time() - t0 < 180 and p.poll() is None and not (root / "slow-started").exists():
             time.sleep(0.1)
         assert p.poll() is None, p.stdout.read()
+        time.sleep(0.5)
         os.killpg(p.pid, signal.SIGINT)
         out, _ = p.communicate(timeout=120)
     finally:
@@ -193,21 +200,22 @@ def test_an_interrupted_build_resumes_with_the_same_output(tmp_path):
     assert p.returncode == 130, out
     assert "build interrupted" in out and "executes only the others" in out
     assert _group_gone(p.pid), "a process of the interrupted build (a kernel, a worker) is still running"
-    assert execute.pending([intro, slow], jcache, root) == [slow]  # the finished page only is cached
-    assert sorted((root / "executions.log").read_text().split()) == ["intro", "slow"]
-    # 2. `make book` again: only the page that had not finished executes; the book is rendered
+    assert execute.pending([intro, slow, after], jcache, root) == [slow, after]  # the finished page is cached
+    assert log.read_text().split() == ["intro", "slow"]  # the queued page never started
+    # 2. `make book` again: only the pages that had not finished execute; the book is rendered
     for r in (root, ref):
         (r / "release").write_text("")
     again = subprocess.run(cmd + [str(root)], cwd=tmp_path, env=env, capture_output=True, text=True,
                            timeout=300)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert "reuse      intro" in again.stdout and "executing 1 page(s) in 1 process(es): slow" in again.stdout
-    assert sorted((root / "executions.log").read_text().split()) == ["intro", "slow", "slow"]
+    assert "reuse      a_intro" in again.stdout
+    assert "executing 2 page(s) in 1 process(es): b_slow, c_after" in again.stdout
+    assert log.read_text().split() == ["intro", "slow", "slow", "after"]
     # 3. the same output as a build that was never interrupted
     clean = subprocess.run(cmd + [str(ref)], cwd=tmp_path, env=env, capture_output=True, text=True,
                            timeout=300)
     assert clean.returncode == 0, clean.stdout[-3000:] + clean.stderr[-3000:]
-    for page in ("intro", "slow"):
+    for page in ("a_intro", "b_slow", "c_after"):
         got, want = (_outputs(r / "_build" / "html" / "book" / f"{page}.html") for r in (root, ref))
         assert got == want and got, page
-    assert _outputs(root / "_build" / "html" / "book" / "slow.html") == ["slow says 45"]
+    assert _outputs(root / "_build" / "html" / "book" / "b_slow.html") == ["slow says 45"]
