@@ -461,7 +461,8 @@ def run_sweep(file, *, jobs: int = 2, out_root=DEFAULT_OUT, dask: str | None = N
 def _report_removed(names: list[str], when: str, progress: bool) -> None:
     if names and progress:
         print(f"removed {len(names)} temporary director(ies) or file(s) left by crashed runs {when} "
-              f"(their runs are executed again or were rescheduled): {', '.join(names)}", file=sys.stderr)
+              f"(nothing finished is lost: a run is renamed only when complete): {', '.join(names)}",
+              file=sys.stderr)
 
 
 # --------------------------------------------------------------------------------------------- CLI
@@ -514,6 +515,7 @@ def main(argv=None) -> int:
         for name, value in a.parameter:
             overrides[name] = _parse_value(value)
         path, overrides = prepare(a.chapter, overrides)
+        _report_removed(clean_partials(Path(a.out) / path.stem), "before this run", True)
         row = execute(path, overrides, Path(a.out) / path.stem, kernel=a.kernel, timeout_s=a.timeout,
                       progress=True)
         if row["status"] != "ok":

@@ -194,6 +194,15 @@ def test_sweep_removes_and_reports_what_crashed_runs_left(tmp_path, fixture_chap
     assert not crashed.exists() and not legacy.exists() and not old_copy.exists() and not tmp_table.exists()
 
 
+def test_a_single_run_removes_what_crashed_runs_of_its_chapter_left(tmp_path, fixture_chapter, monkeypatch,
+                                                                     capsys):
+    crashed = _owned_partial(tmp_path / "99_fixture", "99_fixture-aaaa.partial-1x2y")
+    monkeypatch.setattr(rerun, "execute", lambda path, ov, out, **kw: {"status": "ok", "path": str(out),
+                                                                       "seconds": 0.1})
+    assert rerun.main([str(fixture_chapter), "-p", "x", "3", "--out", str(tmp_path)]) == 0
+    assert not crashed.exists() and crashed.name in capsys.readouterr().err
+
+
 def test_a_finished_run_has_no_owner_file_and_nothing_partial_is_left(tmp_path, fixture_chapter, monkeypatch):
     import papermill as pm
 
