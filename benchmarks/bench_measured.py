@@ -4,14 +4,15 @@ side-by-side of measured and roofline operator times.
     python benchmarks/bench_measured.py [--plans 1000000] [--repeat 3] [--target 1e6] [--gpu H200-SXM-141GB]
 
 Prices ``--plans`` candidate decode plans of Llama-3.1-8B and Llama-3.1-70B (tensor parallel 1-8,
-batch 1-511, context 128-32,767 tokens, drawn at random) through :func:`analysis.forward.colocated_pass_time`
-with the roofline and with the measured backend (best of ``--repeat``), prints plans per second, the
-measured share of the plans' time and where the rest fell back to the roofline and why; then the
-tables read (each once) and measured against roofline seconds for a few GEMMs and all-reduces on
-three GPUs. Throughput is plans per second of this process's CPU time (one thread; wall-clock rate in
-parentheses): on 2 shared cores the wall-clock rate falls with the other processes' load, printed
-first. Exit status 1 if the measured backend screens fewer than ``--target`` plans per CPU second
-(issue 27: at least 1e6) or a table was read more than once.
+batch 1-511, context 128-32,767 tokens, drawn at random) through
+:func:`analysis.forward.colocated_pass_time` with the roofline and with the measured backend (best of
+``--repeat``), prints plans per second, the measured share of the plans' time and where the rest fell
+back to the roofline and why; then the tables read (each once) and measured against roofline seconds
+for a few GEMMs, attention cores and all-reduces on three GPUs. Throughput is plans per second of
+this process's CPU time (one thread; the wall-clock rate in parentheses): on 2 shared cores the
+wall-clock rate falls with the other processes' load, printed first. Exit status 1 if the measured
+backend screens fewer than ``--target`` plans per CPU second (issue 27: at least 1e6) or a table was
+read more than once.
 """
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ DEMO_GEMMS = [("qkv decode b=1", 1, 6144, 4096), ("qkv decode b=64", 64, 6144, 4
               ("qkv prefill 4k", 4096, 6144, 4096), ("ffn-up decode b=64", 64, 28672, 4096),
               ("ffn-up prefill 4k", 4096, 28672, 4096)]
 DEMO_ALLREDUCE = [(2, 64 * 4096 * 2), (8, 64 * 4096 * 2), (8, 4096 * 4096 * 2)]
+# (label, sequences, new tokens each, cached tokens each): one layer's attention core of Llama-3.1-8B
+DEMO_ATTENTION = [("attention decode", 32, 1, 4095), ("attention prefill", 1, 4096, 0)]
 
 
 def screen(model: str, dev: dict, n: int, repeat: int, rng) -> tuple[float, object, object]:
@@ -71,6 +74,18 @@ def demo(eff: fw.Efficiency) -> None:
             ms = f"{float(meas) * 1e6:9.1f}" if code == 0 else f"{'(' + M.REASONS[int(code)][:7] + ')':>9}"
             ratio = f"{float(meas) / roof:6.2f}" if code == 0 else ""
             print(f"{gpu:16} {label:22} {m:6d} {n:6d} {k:5d} {roof * 1e6:9.1f} {ms} {ratio}")
+        s = fw.shape("Llama-3.1-8B")  # 32 query heads, 8 KV heads of 128 on one GPU
+        for label, b, new, cached in DEMO_ATTENTION:
+            pairs = b * (new * cached + new * (new + 1) / 2)
+            pf = s.pair_flops_decode if new == 1 else s.pair_flops_prefill
+            op = fw.Op("attention", {}, pairs * pf, b * (cached + new) * s.kv_elems * 2.0, g.flops("bf16"),
+                       g["hbm_bandwidth"])
+            roof = float(fw.roofline_backend(op, eff)[0])
+            meas, code = M.attention_seconds(folder, b, b * new, b * cached, 32, 8, 128)
+            ms = f"{float(meas) * 1e6:9.1f}" if code == 0 else f"{'(none)':>9}"
+            ratio = f"{float(meas) / roof:6.2f}" if code == 0 else ""
+            what = f"batch {b}, {new} new, {cached} cached"
+            print(f"{gpu:16} {label:22} {what:>20} {roof * 1e6:11.1f} {ms} {ratio}")
         dev = fw.instance_device(gpu)
         for ranks, msg in DEMO_ALLREDUCE:
             roof = 2.0 * (ranks - 1) / ranks * msg / (dev["link"] * eff.link) + eff.collective_latency_s
