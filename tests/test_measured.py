@@ -34,10 +34,10 @@ def _gemm_op(m, n, k, dtype="bf16"):
 
 
 def test_every_gpu_of_the_hardware_table_is_mapped_to_a_package_folder():
-    root = M.data_root()
     assert set(specs.hardware_names("gpu")) == set(M.DEVICE_TABLES)
     for dev, (folder, comm, note) in M.DEVICE_TABLES.items():
-        assert (root / folder / "gemm").is_dir(), dev
+        for kind in M.TABLE_KINDS:  # every table the backend reads exists for every mapped GPU
+            assert M.table_path(folder, kind).is_file(), (dev, kind)
         assert comm or ("own links" in note), dev  # a chip measured on another's links says so
     assert M.DEVICE_TABLES["H800-SXM5-80GB"][:2] == ("h100_sxm", False)
     assert M.package_version() == M.PACKAGE_VERSION
