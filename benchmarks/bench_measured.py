@@ -129,8 +129,8 @@ def main(argv=None) -> int:
     demo(fw.Efficiency())
     print("\ntables read (each once per process):")
     for r in M.tables_used():
-        print(f"  {r['file']}  framework {r['framework']}, version {r['version']}, "
-              f"keys {', '.join(r['keys'])}")
+        keys = ", ".join(r["keys"]) if len(r["keys"]) <= 6 else f"{len(r['keys'])} (dtypes, heads, head sizes)"
+        print(f"  {r['file']}  framework {r['framework']}, version {r['version']}, keys {keys}")
     info = M._table.cache_info()
     once = info.misses == len(M.tables_used())
     print(f"table cache: {info.misses} reads, {info.hits} hits")
