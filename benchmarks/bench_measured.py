@@ -129,7 +129,8 @@ def main(argv=None) -> int:
     demo(fw.Efficiency())
     print("\ntables read (each once per process):")
     for r in M.tables_used():
-        keys = ", ".join(r["keys"]) if len(r["keys"]) <= 6 else f"{len(r['keys'])} (dtypes, heads, head sizes)"
+        n = len(r["keys"])
+        keys = ", ".join(r["keys"]) if n <= 6 else f"{n} (dtypes, heads, head sizes)"
         print(f"  {r['file']}  framework {r['framework']}, version {r['version']}, keys {keys}")
     info = M._table.cache_info()
     once = info.misses == len(M.tables_used())
