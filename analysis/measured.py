@@ -61,13 +61,16 @@ Measured seconds replace the efficiency-scaled roofline: :class:`analysis.forwar
 
 Use
 ---
-``measured.device(name)`` is the device dict of :func:`analysis.forward.instance_device` with the
-backend ``"measured:<name>"``; a backend is registered per device (:func:`backend_name`; the
-:class:`analysis.forward.Op` of an operator carries no device name, so the device is in the backend's
-name), for every GPU of :data:`DEVICE_TABLES` when this module is imported and on demand for any
-other. :func:`analysis.forward.ledger` then reports the share of a plan's time that came from the
-tables; :func:`fallbacks` records, per (device, operator kind, reason), the seconds and the number of
-plan-operator evaluations priced by the roofline instead. The roofline stays every chapter's default.
+``measured.device(name, prec)`` is the device dict of :func:`analysis.forward.instance_device` with
+the backend ``"measured:<name>"`` (``"measured:<name>+weight-only"`` for weights stored in fewer bytes
+than the compute dtype, e.g. int4 with bf16 math: an operator carries only its compute dtype, so those
+GEMMs fall back rather than read the bf16 table). A backend is registered per device
+(:func:`backend_name`; the :class:`analysis.forward.Op` of an operator carries no device name, so the
+device is in the backend's name), for every GPU of :data:`DEVICE_TABLES` when this module is
+imported and on demand for any other. :func:`analysis.forward.ledger` then reports the share of a
+plan's time that came from the tables; :func:`fallbacks` records, per (device, operator kind,
+reason), the seconds and the number of plan-operator evaluations priced by the roofline instead. The
+roofline stays every chapter's default.
 """
 from __future__ import annotations
 
@@ -132,6 +135,7 @@ REASONS = {
     9: "no table for these heads, KV heads, head size, window or dtypes",
     10: "a pass mixing prefill and decode, or a prefill after a cached prefix: no table",
     11: "MLA attention: the MLA tables are not mapped yet",
+    12: "weight-only quantised GEMM (weights smaller than the compute dtype): no table mapped",
 }
 KIND_REASONS = {
     "attention": "attention: the tables are keyed on query heads and head size, which forward.Op does not "
@@ -531,7 +535,8 @@ def _record(device, kind, code, seconds, detail: dict):
                 r.add(device, kind, detail.get(int(i), REASONS.get(int(i), str(i))), sec[i], n[i])
 
 
-def _price(device: str, folder: str | None, comm_tables: bool, framework: str, note: str, op, eff):
+def _price(device: str, folder: str | None, comm_tables: bool, framework: str, note: str,
+           weight_only: bool, op, eff):
     roof, _ = forward.roofline_backend(op, eff)
     roof = np.asarray(roof, dtype=float)
     detail = {8: f"{REASONS[8]}: {note}"} if note else {}
@@ -539,6 +544,8 @@ def _price(device: str, folder: str | None, comm_tables: bool, framework: str, n
         code = np.full(roof.shape, 2, dtype=np.int8)
         detail[2] = f"{REASONS[2]} ({device})"
         sec = roof
+    elif op.kind == "gemm" and weight_only:
+        code, sec = np.full(roof.shape, 12, dtype=np.int8), roof
     elif op.kind == "gemm":
         sec, code = gemm_seconds(folder, op.shape["m"], op.shape["n"], op.shape["k"], op.dtype, framework)
     elif op.kind == "allreduce":
@@ -565,20 +572,30 @@ def _price(device: str, folder: str | None, comm_tables: bool, framework: str, n
     return out, ok.astype(float)
 
 
-def backend_name(device: str, framework: str = DEFAULT_FRAMEWORK) -> str:
+def backend_name(device: str, framework: str = DEFAULT_FRAMEWORK, weight_only: bool = False) -> str:
     """The registered backend name of ``device`` (``"measured:<device>"``, ``@<framework>`` appended
-    for a framework other than the default), registering it on first use."""
-    name = f"measured:{device}" + ("" if framework == DEFAULT_FRAMEWORK else f"@{framework}")
+    for a framework other than the default, ``+weight-only`` for weights stored in fewer bytes than
+    the compute dtype, whose GEMMs fall back: an :class:`analysis.forward.Op` carries only the compute
+    dtype), registering it on first use."""
+    name = (f"measured:{device}" + ("" if framework == DEFAULT_FRAMEWORK else f"@{framework}")
+            + ("+weight-only" if weight_only else ""))
     if name not in forward.backends():
         folder, comm, note = DEVICE_TABLES.get(device, (None, False, ""))
-        forward.register_backend(name, functools.partial(_price, device, folder, comm, framework, note))
+        forward.register_backend(name, functools.partial(_price, device, folder, comm, framework, note,
+                                                         weight_only))
     return name
+
+
+# bytes per element of each compute dtype's GEMM operands (forward.WEIGHT_FORMATS's compute names)
+_COMPUTE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5625}
 
 
 def device(name: str, prec: forward.Precision = forward.Precision(),
            framework: str = DEFAULT_FRAMEWORK) -> dict:
-    """:func:`analysis.forward.instance_device` of a GPU priced by its measured tables."""
-    return {**forward.instance_device(name, prec), "backend": backend_name(name, framework)}
+    """:func:`analysis.forward.instance_device` of a GPU priced by its measured tables (weight-only
+    quantised precisions, such as ``int4`` with bf16 math, get the backend whose GEMMs fall back)."""
+    weight_only = prec.weight_bytes < _COMPUTE_BYTES.get(prec.compute, 2.0) - 1e-9
+    return {**forward.instance_device(name, prec), "backend": backend_name(name, framework, weight_only)}
 
 
 for _d in DEVICE_TABLES:

@@ -225,3 +225,18 @@ def test_attention_from_the_generation_and_context_tables_when_the_op_carries_he
         fw.price(fw.Op("attention", {**shape, "family": "mla"}, 1e9, 1e9, 989e12, 4.8e12), EFF, name)
     assert t[0] == pytest.approx(float(want), rel=1e-12) and list(led.measured_share) == [1.0, 0.0, 0.0]
     assert {k[2] for k in fb.by_reason} == {M.REASONS[10], M.REASONS[9], M.REASONS[11]}
+
+
+def test_weight_only_quantised_gemms_fall_back_instead_of_reading_the_compute_dtype_table():
+    """int4 weights with bf16 math: the Op says bf16, the weights are 4-bit; the bf16 table would
+    price the wrong kernel, so measured.device gives a backend whose GEMMs fall back (fp8 and fp4,
+    whose weights are the compute dtype, keep the tables)."""
+    d = M.device(GPU, fw.Precision.named("int4"))
+    assert d["backend"].endswith("+weight-only")
+    assert not M.device(GPU, fw.Precision.named("fp8"))["backend"].endswith("+weight-only")
+    assert not M.device(GPU, fw.Precision.named("fp4"))["backend"].endswith("+weight-only")
+    op = _gemm_op(64.0, 4096.0, 4096.0)
+    with M.fallbacks() as fb:
+        t = fw.price(op, EFF, d["backend"])
+    assert t == pytest.approx(fw.roofline_backend(op, EFF)[0])
+    assert [k[2] for k in fb.by_reason] == [M.REASONS[12]]
