@@ -24,6 +24,7 @@ import yaml
 
 from . import data
 from .artifacts import atomic_write
+from .rerun import _curve_kernel_manager  # kernels with CurveZMQ transport encryption, as reruns
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # myst-nb's reader plugin (what NotebookClientCache records as the page's read format)
@@ -100,7 +101,7 @@ def _execute(path: str, timeout: int | None, root: str,
         os.environ["KVBOOK_TRACE_READS"] = reads  # the kernel inherits this process's environment
     nb = read_page(Path(path), Path(root))
     res = single_nb_execution(nb, cwd=str(Path(path).parent), timeout=timeout, allow_errors=False,
-                              meta_override=True)
+                              meta_override=True, kernel_manager_class=_curve_kernel_manager())
     if _STOP is not None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # nbclient leaves Python's default handler
     return path, nb, float(res.time), (res.exc_string if res.err is not None else None)
