@@ -44,6 +44,7 @@ import json
 import multiprocessing as mp
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -215,6 +216,8 @@ def _execute_in(path: Path, overrides: dict, rid: str, partial: Path, out_dir: P
             shutil.rmtree(d, ignore_errors=True)
         row["path"] = str(final)
     except Exception as exc:  # the notebook failed: keep what it wrote, marked as failed
+        if _interrupted(exc):  # stopped by the sweep's Ctrl-C: leave the partial (removed next time)
+            raise KeyboardInterrupt from exc  # and any earlier result of this run id as they are
         msg = _short_error(exc)
         row.update(status="failed", error=msg, seconds=round(time.perf_counter() - t0, 2))
         (partial / "error.txt").write_text(msg + "\n\n" + traceback.format_exc())
@@ -355,9 +358,44 @@ def load_sweep(file) -> tuple[Path, str, list[dict]]:
     return path, str(spec.get("name") or file.stem), unique
 
 
+_STOP = None  # in a sweep's worker process: the event the sweep sets when it is interrupted (Ctrl-C)
+_RUNNING = False  # in a sweep's worker process: a run is executing
+
+
+def _worker_init(stop) -> None:
+    """A sweep's worker outlives Ctrl-C when idle (dying, it would break the pool): the run it
+    executes stops (KeyboardInterrupt), and once the sweep has set ``stop`` it starts no other run."""
+    global _STOP
+    _STOP = stop
+    signal.signal(signal.SIGINT, _on_ctrl_c)
+
+
+def _on_ctrl_c(signum, frame) -> None:
+    """SIGINT in a sweep's worker: stop the run it executes; nothing when idle."""
+    if _RUNNING:
+        raise KeyboardInterrupt
+
+
+def _interrupted(exc: Exception) -> bool:
+    """Whether a run that failed with ``exc`` in a sweep's worker was stopped by the sweep's Ctrl-C
+    rather than failing by itself (an error the chapter raised is never an interruption)."""
+    if _STOP is None or getattr(exc, "ename", "KeyboardInterrupt") != "KeyboardInterrupt":
+        return False
+    return _STOP.wait(timeout=5)
+
+
 def _execute_star(args):
+    if _STOP is not None and _STOP.is_set():
+        raise RerunError("not started: the sweep was interrupted")
+    global _RUNNING
     chapter, overrides, out_dir, kernel, timeout_s = args
-    return execute(chapter, overrides, out_dir, kernel=kernel, timeout_s=timeout_s)
+    _RUNNING = True
+    try:
+        return execute(chapter, overrides, out_dir, kernel=kernel, timeout_s=timeout_s)
+    finally:
+        _RUNNING = False
+        if _STOP is not None:  # papermill (nbclient) may leave Python's default handler behind
+            signal.signal(signal.SIGINT, _on_ctrl_c)
 
 
 def _crashed_row(task, exc) -> dict:
@@ -442,10 +480,18 @@ def run_sweep(file, *, jobs: int = 2, out_root=DEFAULT_OUT, dask: str | None = N
         for t in tasks:
             done(t, lambda t=t: _execute_star(t))
     else:
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+        ctx = mp.get_context("spawn")
+        stop = ctx.Event()
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_init,
+                                 initargs=(stop,)) as pool:
             futs = {pool.submit(_execute_star, t): t for t in tasks}
-            for fut in cf_completed(futs):
-                done(futs[fut], fut.result)
+            try:
+                for fut in cf_completed(futs):
+                    done(futs[fut], fut.result)
+            except BaseException:  # Ctrl-C: no other run starts; the running ones stop
+                stop.set()
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
     bar.close()
     df = _write_results(rows, order, out_dir)
     summary["removed_after"] = clean_partials(out_dir)
@@ -497,8 +543,14 @@ def main(argv=None) -> int:
                 raise RerunError("give either a chapter with -p overrides, or --sweep, not both")
             if a.jobs < 1:
                 raise RerunError("--jobs must be >= 1")
-            df = run_sweep(a.sweep, jobs=a.jobs, out_root=a.out, dask=a.dask, kernel=a.kernel,
-                           timeout_s=a.timeout, resume=a.resume)
+            try:
+                df = run_sweep(a.sweep, jobs=a.jobs, out_root=a.out, dask=a.dask, kernel=a.kernel,
+                               timeout_s=a.timeout, resume=a.resume)
+            except KeyboardInterrupt:
+                out = Path(a.out) / load_sweep(a.sweep)[1]
+                print(f"\nsweep interrupted: the runs that finished are in {out}/ and its results.csv; "
+                      "the same command with --resume executes only the others", file=sys.stderr)
+                return 130
             failed = df[df["status"] != "ok"]
             out = Path(a.out) / load_sweep(a.sweep)[1] / "results.csv"
             print(f"{len(df) - len(failed)} of {len(df)} runs succeeded; results table: {out}")

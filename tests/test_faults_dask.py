@@ -116,3 +116,57 @@ def test_sweep_on_dask_survives_a_killed_worker(tmp_path, monkeypatch):
     assert names == sorted(list(df["run_id"]) + ["results.csv", "summary.json"])
     killed = df.attrs["summary"]["removed_after"]
     assert len(killed) == 1 and killed[0] in partials  # the killed run's directory, removed and reported
+
+
+def _fault_chapter(tmp_path: Path, name: str, xs) -> tuple[Path, Path, dict]:
+    (tmp_path / "98_faults.md").write_text(CHAPTER)
+    (tmp_path / "faults_schema.py").write_text(SCHEMA)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    env = dict(os.environ, KVBOOK_EXTRA_CHAPTERS="98_faults=faults_schema:PARAMS",
+               PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO), os.environ.get("PYTHONPATH", "")]))
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(f"chapter: {tmp_path / '98_faults.md'}\nname: {name}\n"
+                     f"fixed: {{marker_dir: '{markers}'}}\ngrid:\n  x: {list(xs)}\n")
+    return sweep, markers, env
+
+
+@pytest.mark.notebook
+@pytest.mark.slow
+def test_sweep_interrupted_stops_at_once_and_resumes(tmp_path):
+    """Ctrl-C on a local sweep (two worker processes): the runs in progress stop, the queued one never
+    starts, the command says how to resume; --resume then removes the interrupted runs' temporary
+    directories (reported) and executes exactly the runs that had not finished."""
+    import subprocess
+    import sys
+
+    sweep, markers, env = _fault_chapter(tmp_path, "fi", [1, 2, 3])
+    out = tmp_path / "runs"
+    cmd = [sys.executable, "-m", "analysis.rerun", "--sweep", str(sweep), "--jobs", "2", "--out", str(out)]
+    p = subprocess.Popen(cmd, cwd=REPO, env=env, start_new_session=True, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    try:
+        t0 = time.time()
+        while len(list(markers.glob("started-*"))) < 2 and p.poll() is None and time.time() - t0 < 180:
+            time.sleep(0.1)
+        assert p.poll() is None, p.stdout.read()
+        time.sleep(0.5)
+        os.killpg(p.pid, signal.SIGINT)
+        t1 = time.time()
+        log, _ = p.communicate(timeout=120)
+        stopped_in = time.time() - t1
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 130 and "sweep interrupted" in log and "--resume" in log, log[-3000:]
+    assert stopped_in < 60  # the chapter would hold its runs for 120 s
+    assert sorted(m.name.split("-")[1] for m in markers.glob("started-*")) == ["1", "2"]  # 3 never started
+    left = sorted(d.name for d in (out / "fi").iterdir() if ".partial-" in d.name)
+    assert len(left) == 2  # the interrupted runs' directories, no finished run among them
+    (markers / "release").write_text("")
+    r = subprocess.run(cmd + ["--resume"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert "0 finished run(s) kept" in r.stderr and all(name in r.stderr for name in left)
+    table = pd.read_csv(out / "fi" / "results.csv")
+    assert sorted(table["glue.square"]) == [1, 4, 9] and (table["status"] == "ok").all()
+    assert not any(".partial-" in d.name for d in (out / "fi").iterdir())
