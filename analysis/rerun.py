@@ -19,7 +19,9 @@ when it finishes, and reports them (printed, and in ``summary.json`` beside ``re
 and the date; when a run fails, an earlier successful result of the same run id is moved to
 ``<run-id>.stale`` with ``STALE.txt`` saying why, so it cannot be mistaken for the current one.
 ``results.csv``, ``summary.json`` and ``STALE.txt`` are written whole or not at all
-(:func:`analysis.artifacts.atomic_write`). ``--resume`` reruns a sweep keeping each finished run whose
+(:func:`analysis.artifacts.atomic_write`). Ctrl-C stops a local sweep at once: the runs in progress
+stop (their temporary directories are removed next time), no queued run starts. ``--resume`` reruns
+a sweep keeping each finished run whose
 ``result.csv`` holds the chapter's current code hash and data hash, and executes the others (missing,
 failed, or computed with other code or data), saying which.
 
