@@ -7,6 +7,9 @@
  *   column headed "Verdict" becomes a coloured badge (+ "fragile" / "amended" marks, and a sortable
  *   "Robustness" column), while the verdict's text and the column headed "Rule" move into a details
  *   row that a "rule" button opens.
+ * - table.kvbook-answers (the front page, a list-table with :class: kvbook-answers): every glued verdict
+ *   (span.pasted-text) in the column headed "Verdict" gets the ledger's badge and marks, its full text in
+ *   a "details" disclosure; no sorting or paging (glue from another page is text, so the badge is made here).
  * Without JavaScript every table is the full plain table.
  */
 (function () {
@@ -212,6 +215,45 @@
     render();
   }
 
+  function verdictMarks(v) {
+    var wrap = document.createElement("span");
+    wrap.className = "kv-verdict";
+    wrap.appendChild(badge("kv-verdict-" + slug(v.label), v.label));
+    if (v.robustness === "fragile") { wrap.appendChild(badge("kv-mark kv-mark-fragile", "fragile")); }
+    if (v.amended) { wrap.appendChild(badge("kv-mark kv-mark-amended", "amended")); }
+    return wrap;
+  }
+
+  function answers(table) {
+    if (table.dataset.kvbookReady) { return; }
+    table.dataset.kvbookReady = "1";
+    var head = table.tHead && table.tHead.rows[0];
+    var body = table.tBodies[0];
+    if (!head || !body) { return; }
+    var col = Array.prototype.findIndex.call(head.cells, function (c) {
+      return text(c).toLowerCase().indexOf("verdict") === 0;
+    });
+    if (col < 0) { return; }
+    Array.prototype.forEach.call(body.rows, function (tr) {
+      var cell = tr.cells[col];
+      if (!cell) { return; }
+      var labels = [];
+      cell.querySelectorAll(".pasted-text").forEach(function (span) {
+        var v = verdictOf(text(span));
+        labels.push(v.label);
+        var details = document.createElement("details");
+        details.className = "kv-verdict-details";
+        var summary = document.createElement("summary");
+        summary.textContent = "details";
+        details.appendChild(summary);
+        span.parentNode.insertBefore(verdictMarks(v), span);
+        span.parentNode.insertBefore(details, span);
+        details.appendChild(span);
+      });
+      tr.dataset.verdicts = labels.join("|");
+    });
+  }
+
   var MAX_PLAIN_ROWS = 20;  // analysis.tables.MAX_PLAIN_ROWS: a longer table of a cell's output is paginated
 
   function init() {
@@ -220,6 +262,7 @@
       if (t.tBodies[0] && t.tBodies[0].rows.length > MAX_PLAIN_ROWS) { t.classList.add("kvbook-interactive"); }
     });
     document.querySelectorAll("table.kvbook-interactive, table.kvbook-ledger").forEach(setup);
+    document.querySelectorAll("table.kvbook-answers").forEach(answers);
   }
   if (document.readyState === "loading") { document.addEventListener("DOMContentLoaded", init); }
   else { init(); }
