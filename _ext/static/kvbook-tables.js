@@ -20,13 +20,37 @@
   function slug(s) { return s.replace(/[^a-z]+/gi, "-").toLowerCase(); }
 
   function verdictOf(s) {
-    var t = s.toLowerCase(), label = "";
+    var t = s.toLowerCase(), label = "", settings = [];
     for (var i = 0; i < LABELS.length; i++) {
       if (t.indexOf(LABELS[i]) === 0) { label = LABELS[i]; break; }
     }
-    if (!label) { label = t.split(/[.;(]/)[0].trim() || "—"; }
     var m = t.match(/^[^;]*?\((fragile|robust)\b/);
-    return {label: label, robustness: m ? m[1] : "—", amended: /amended after the result/.test(t)};
+    var robustness = m ? m[1] : "—";
+    if (!label) {
+      // one verdict per setting ("conversation: not reproduced (...); synthetic: not reproduced (...)"): a
+      // label per setting, read outside the parentheses; the row's label is the first setting's
+      var flat = t;
+      while (/\([^()]*\)/.test(flat)) { flat = flat.replace(/\([^()]*\)/g, ""); }
+      var re = new RegExp("(?:^|;)\\s*([^:;]{1,40}?):\\s*(" + LABELS.join("|") + ")\\b", "g"), p;
+      while ((p = re.exec(flat)) !== null) { settings.push({setting: p[1].trim(), label: p[2]}); }
+      if (settings.length) {
+        label = settings[0].label;
+        robustness = /\(fragile\b/.test(t) ? "fragile" : (/\(robust\b/.test(t) ? "robust" : "—");
+      }
+    }
+    if (!label) { label = t.split(/[.;(]/)[0].trim() || "—"; }
+    return {label: label, robustness: robustness, amended: /amended after the result/.test(t),
+            settings: settings};
+  }
+
+  function labelBadges(el, v) {  // one badge for the verdict, or one per setting ("conversation: ...")
+    if (v.settings.length > 1 || (v.settings.length === 1 && v.settings[0].setting)) {
+      v.settings.forEach(function (x) {
+        el.appendChild(badge("kv-verdict-" + slug(x.label), x.setting + ": " + x.label));
+      });
+    } else {
+      el.appendChild(badge("kv-verdict-" + slug(v.label), v.label));
+    }
   }
 
   function badge(cls, label) {
@@ -77,7 +101,7 @@
           rc.classList.add("kvbook-hidden-col");
         }
         detail.appendChild(td);
-        cell.appendChild(badge("kv-verdict-" + slug(v.label), v.label));
+        labelBadges(cell, v);
         if (v.amended) { cell.appendChild(badge("kv-mark kv-mark-amended", "amended")); }
         var btn = document.createElement("button");
         btn.type = "button";
@@ -218,7 +242,7 @@
   function verdictMarks(v) {
     var wrap = document.createElement("span");
     wrap.className = "kv-verdict";
-    wrap.appendChild(badge("kv-verdict-" + slug(v.label), v.label));
+    labelBadges(wrap, v);
     if (v.robustness === "fragile") { wrap.appendChild(badge("kv-mark kv-mark-fragile", "fragile")); }
     if (v.amended) { wrap.appendChild(badge("kv-mark kv-mark-amended", "amended")); }
     return wrap;
