@@ -95,6 +95,7 @@ NOT_PARAMETERS = {
     ("analysis/disagg/figures.py", "batch"),  # a plan unit's batch size
     ("analysis/compose/chapter.py", "batch"),  # a decode plan's batch size (absent when infeasible)
     ("analysis/qevict/tuning.py", "documents"),  # the tuning cache's inputs
+    ("analysis/measured.py", "kv_dtype"),  # an operator's shape (forward.Op), bf16 unless the op says
     # a long run's row, every knob already set from the schema's defaults (check_run); the module is
     # keyed by the committed long-run artifacts, so it is not edited
     ("analysis/qevict/longrun.py", "tuned_settings"),

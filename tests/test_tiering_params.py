@@ -97,7 +97,9 @@ def test_zero_endurance_and_too_many_instances_fail_before_work():
     tr = from_requests([{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}] * 3)
     with pytest.raises(ValueError, match="exceed the trace's 3 requests"):
         cf.check_against_trace(tp.SCHEMA.config({**p, "routing_instances": [1, 4]}), tr)
-    cf.check_against_trace(tp.SCHEMA.config({**p, "routing_instances": [1, 3]}), tr)
+    with pytest.raises(ValueError, match="fig10_instances = 4 exceeds the trace's 3 requests"):
+        cf.check_against_trace(tp.SCHEMA.config({**p, "routing_instances": [1, 3], "fig10_instances": 4}), tr)
+    cf.check_against_trace(tp.SCHEMA.config({**p, "routing_instances": [1, 3], "fig10_instances": 3}), tr)
 
 
 def test_deployment_dataclass_defaults_are_the_chapter_defaults():
