@@ -17,6 +17,7 @@ import multiprocessing
 import os
 import signal
 import time
+import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
@@ -85,7 +86,14 @@ def _worker_init(stop) -> None:
     once the build has set ``stop`` the worker starts no other page, not even one already queued."""
     global _STOP
     _STOP = stop
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, _interrupted)
+
+
+def _interrupted(signum, frame) -> None:
+    """A worker's Ctrl-C: note it for the build (no other page starts, whatever the build's own
+    process is doing at that moment) and carry on; the page's kernel got the signal too."""
+    if _STOP is not None:
+        _STOP.set()
 
 
 def _execute(path: str, timeout: int | None, root: str,
@@ -100,11 +108,17 @@ def _execute(path: str, timeout: int | None, root: str,
         Path(reads).write_text("")
         os.environ["KVBOOK_TRACE_READS"] = reads  # the kernel inherits this process's environment
     nb = read_page(Path(path), Path(root))
-    res = single_nb_execution(nb, cwd=str(Path(path).parent), timeout=timeout, allow_errors=False,
-                              meta_override=True, kernel_manager_class=_curve_kernel_manager())
-    if _STOP is not None:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # nbclient leaves Python's default handler
-    return path, nb, float(res.time), (res.exc_string if res.err is not None else None)
+    t0 = time.perf_counter()
+    try:
+        res = single_nb_execution(nb, cwd=str(Path(path).parent), timeout=timeout, allow_errors=False,
+                                  meta_override=True, kernel_manager_class=_curve_kernel_manager())
+        seconds, tb = float(res.time), (res.exc_string if res.err is not None else None)
+    except Exception:  # nbclient's own failure (e.g. a kernel that died under Ctrl-C): the page failed
+        seconds, tb = time.perf_counter() - t0, traceback.format_exc()
+    finally:
+        if _STOP is not None:
+            signal.signal(signal.SIGINT, _interrupted)  # nbclient leaves Python's default handler
+    return path, nb, seconds, tb
 
 
 def reads_file(reads_dir: Path, page: Path) -> Path:
@@ -172,6 +186,8 @@ def preexecute(pages: list[Path], jcache: Path, *, jobs: int = 2, root: Path = R
             stop.set()
             pool.shutdown(wait=True, cancel_futures=True)
             raise
+    if stop.is_set():  # a worker saw Ctrl-C that this process did not (it was not in its group)
+        raise KeyboardInterrupt
     log(f"pages executed in {time.perf_counter() - t0:.0f} s")
     return failed
 
