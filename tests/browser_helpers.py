@@ -214,7 +214,8 @@ async function run() {
     id: f.id || '', caption: (f.querySelector('figcaption') || {innerText: ''}).innerText.trim().slice(0, 80),
     nImages: f.querySelectorAll('img').length, text: f.innerText.slice(0, 200)}));
   report.glue = Array.from(article.querySelectorAll('.pasted-text, .pasted-inline')).map(g => ({
-    text: g.innerText, html: g.innerHTML.slice(0, 200),
+    // a glued value inside a collapsed <details> (the front page's verdict details) is hidden, not empty
+    text: g.closest('details:not([open])') ? g.textContent : g.innerText, html: g.innerHTML.slice(0, 200),
     context: (g.closest('p, li, td, th') || g).innerText.trim().slice(0, 100)}));
   report.articleText = article.innerText;
   report.math = Array.from(article.querySelectorAll('.math')).map(m => ({
