@@ -206,7 +206,11 @@ def _execute_in(path: Path, overrides: dict, rid: str, partial: Path, out_dir: P
             except Exception as exc:  # kernel start-up races (ports, ZMQ) under parallel runs
                 if attempt == 2 or "kernel" not in f"{type(exc).__name__} {exc}".lower():
                     raise
-                time.sleep(1.0 + attempt)
+                # a kernel that died of the sweep's Ctrl-C is not a start-up race: never run it again
+                if _STOP is not None and _STOP.wait(timeout=1.0 + attempt):
+                    raise KeyboardInterrupt from exc
+                if _STOP is None:
+                    time.sleep(1.0 + attempt)
         import nbformat  # optional heavy dependency
         values = glued_values(nbformat.read(nb_out, as_version=4))
         row.update(status="ok", error="", seconds=round(time.perf_counter() - t0, 2))
