@@ -99,8 +99,8 @@ def params_hash(r: dict) -> str:
 
 
 def settings_sha(r: dict) -> str:
-    """sha256 of the run's tuned-settings file ("none" without one)."""
-    path = r.get("tuned_settings", "none")
+    """sha256 of the (checked) run's tuned-settings file ("none" without one)."""
+    path = r["tuned_settings"]
     if path in (None, "none"):
         return "none"
     try:
