@@ -197,6 +197,9 @@ def test_bad_input_says_what_to_do(tmp_path, monkeypatch, capsys):
     with pytest.raises(lu.LongRunError, match="not found.*module:function"):
         lu.run_entry(RUN, loader="tests._tiny_model:nope", say=lambda line: None)
     assert lu.main([str(cfg), "--jobs", "0"]) == 2
+    monkeypatch.delenv("KVBOOK_RESULTS")  # a tiny model's numbers never land in the repository's results/
+    with pytest.raises(lu.LongRunError, match="set KVBOOK_RESULTS to another folder"):
+        lu.run_entry(RUN, loader=LOADER, say=lambda line: None)
 
 
 def test_unit_files_are_named_by_document_and_never_collide(tmp_path):

@@ -62,7 +62,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from analysis.artifacts import atomic_write, code_hash, results_dir, write_artifact
+from analysis.artifacts import REPO_ROOT, atomic_write, code_hash, results_dir, write_artifact
 
 from . import longrun
 from .config import policy_config
@@ -286,6 +286,10 @@ def run_entry(run: dict, *, config: str = "sweeps/qevict_long.yaml", jobs: int =
     if dup:
         raise LongRunError(f"run {name!r}: document(s) listed twice: {dup}; list each once")
     loader = loader if loader is not None else os.environ.get(LOADER_ENV) or None
+    if loader and results_dir().resolve() == (REPO_ROOT / "results").resolve():
+        raise LongRunError(f"a loader other than the real models ({loader!r}, {LOADER_ENV}) would write "
+                           "its artifact into the repository's results/; set KVBOOK_RESULTS to another "
+                           f"folder or unset {LOADER_ENV}")
     folder = units_dir(name)
     if fresh and folder.exists():
         shutil.rmtree(folder)
