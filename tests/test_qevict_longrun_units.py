@@ -82,6 +82,8 @@ def test_interrupted_run_resumes_to_the_same_artifact(uninterrupted, tmp_path, m
     assert any("1 kept" in line and "1 to compute" in line for line in lines), lines
     prov = json.loads((path / "provenance.json").read_text())
     assert len(prov["units"]["reused"]) == 1 and len(prov["units"]["computed"]) == 1
+    described = artifacts.read_artifact("tiny_long").describe()
+    assert "(1 of 2 units computed by an earlier invocation; " in described
     whole = _shas(uninterrupted[1])
     assert {t: _shas(path)[t] for t in EXACT} == {t: whole[t] for t in EXACT}
     a, b = pd.read_csv(path / "timings.csv"), pd.read_csv(uninterrupted[1] / "timings.csv")
