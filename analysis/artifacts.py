@@ -207,11 +207,21 @@ class Artifact:
         s = (f"results/{self.name}, computed {p.get('date', '?')} at commit {str(p.get('commit', '?'))[:10]}"
              f"{' (uncommitted changes)' if p.get('dirty') else ''} on {m.get('cores', '?')} cores of "
              f"{m.get('cpu', '?')}"
-             f"{f' (load {load[0]:.1f})' if load else ''} in {p.get('wall_seconds', 0) / 60:.1f} min; "
-             f"reproduce with `{p.get('command', '?')}`")
+             f"{f' (load {load[0]:.1f})' if load else ''} in {p.get('wall_seconds', 0) / 60:.1f} min"
+             f"{_resumed(p.get('units') or {})}; reproduce with `{p.get('command', '?')}`")
         if self.stale:
             s = "**STALE** (" + "; ".join(self.stale_reasons) + "): " + s
         return s
+
+
+def _resumed(units: dict) -> str:
+    """For a long run resumed from units computed earlier (:mod:`analysis.qevict.longrun_units`): how
+    many, and the compute time of all its units (the wall time is the last invocation's)."""
+    if not units.get("reused"):
+        return ""
+    n = len(units["reused"]) + len(units.get("computed", []))
+    return (f" ({len(units['reused'])} of {n} units computed by an earlier invocation; "
+            f"{units.get('unit_seconds', 0) / 60:.1f} min of unit compute in all)")
 
 
 def stale_reasons(name: str, prov: dict) -> list:

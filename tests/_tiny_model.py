@@ -12,12 +12,16 @@ Real weights are kept for the few checks that are about the weights (tests marke
 """
 from __future__ import annotations
 
+import os
+import time
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
 from analysis.qevict.gemma_model import Gemma3Config, Gemma3Model
 from analysis.qevict.gguf_model import LlamaConfig, LlamaModel
+from analysis.qevict.tokenizer import load_tokenizer
 
 TINY_VOCAB = 512
 
@@ -87,3 +91,41 @@ def tiny_tokens(n: int, seed: int = 0, vocab: int = TINY_VOCAB) -> np.ndarray:
         out.extend(phrases[int(rng.integers(len(phrases)))] if rng.random() < 0.7
                    else rng.integers(0, vocab, 2))
     return np.asarray(out[:n], dtype=np.int64)
+
+
+class TinyTokenizer:
+    """The real SmolLM2 tokenizer with its ids folded into the tiny vocabulary (``id % TINY_VOCAB``):
+    chapter 4's documents (code, prose, needles) can be built for a tiny model; decoding reads the
+    folded ids as the real tokenizer's (the text is nonsense, the shapes are real)."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def encode(self, text: str) -> np.ndarray:
+        return np.asarray(self._real.encode(text), np.int64) % TINY_VOCAB
+
+    def decode(self, ids) -> str:
+        return self._real.decode(ids)
+
+    def token_to_str(self, i: int) -> str:
+        return self._real.token_to_str(int(i))
+
+
+def longrun_loader(model: str):
+    """(tiny model, folded tokenizer) for a long run's ``model`` name: the loader the long-run driver's
+    tests inject (:mod:`analysis.qevict.longrun_units`,
+    ``KVBOOK_LONGRUN_LOADER=tests._tiny_model:longrun_loader``), in the test process and in Dask
+    worker processes alike.  With ``KVBOOK_TEST_MARKERS`` set to a folder, each load (one per unit)
+    writes ``started-<pid>-<ns>`` there and, if ``KVBOOK_TEST_HOLD`` is set, waits until a file
+    ``release`` appears (at most 120 s): a test can kill the process mid-unit."""
+    marks = os.environ.get("KVBOOK_TEST_MARKERS")
+    if marks:
+        d = Path(marks)
+        (d / f"started-{os.getpid()}-{time.monotonic_ns()}").write_text(str(os.getpid()))
+        t0 = time.time()
+        while os.environ.get("KVBOOK_TEST_HOLD") and not (d / "release").exists() and time.time() - t0 < 120:
+            time.sleep(0.05)
+    m = {"smollm2": tiny_llama, "gemma3-270m": tiny_gemma}.get(model)
+    if m is None:
+        raise ValueError(f"unknown model {model!r}")
+    return (m(n_layers=2) if model == "smollm2" else m()), TinyTokenizer(load_tokenizer())
