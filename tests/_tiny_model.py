@@ -121,7 +121,9 @@ def longrun_loader(model: str):
     marks = os.environ.get("KVBOOK_TEST_MARKERS")
     if marks:
         d = Path(marks)
-        (d / f"started-{os.getpid()}-{time.monotonic_ns()}").write_text(str(os.getpid()))
+        name = f"started-{os.getpid()}-{time.monotonic_ns()}"
+        (d / f".{name}").write_text(str(os.getpid()))
+        (d / f".{name}").rename(d / name)  # atomic: a reader never sees an empty marker
         t0 = time.time()
         while os.environ.get("KVBOOK_TEST_HOLD") and not (d / "release").exists() and time.time() - t0 < 120:
             time.sleep(0.05)

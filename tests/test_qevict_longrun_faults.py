@@ -23,6 +23,11 @@ REPO = Path(__file__).resolve().parent.parent
 RUN3 = dict(RUN, documents=["needle:turtle", "code:argparse", "ref:assert"])
 
 
+def _pid(marker):
+    """The process that wrote a ``started-<pid>-<ns>`` marker (from its name: never a partial read)."""
+    return int(marker.name.split("-")[1])
+
+
 def _shas(path):
     return json.loads((path / "provenance.json").read_text())["tables"]
 
@@ -44,7 +49,7 @@ def test_long_run_on_dask_survives_a_killed_worker(tmp_path, monkeypatch):
         monkeypatch.delenv("KVBOOK_TEST_HOLD")  # the workers keep it; the driver's own check must not wait
 
         def started():
-            return [p for p in markers.glob("started-*") if int(p.read_text()) in workers]
+            return [p for p in markers.glob("started-*") if _pid(p) in workers]
 
         def drive():
             try:
@@ -59,13 +64,13 @@ def test_long_run_on_dask_survives_a_killed_worker(tmp_path, monkeypatch):
         while not started() and time.time() < deadline and t.is_alive():
             time.sleep(0.05)
         assert started(), (errors, lines)
-        victim = int(sorted(started(), key=lambda p: p.stat().st_mtime)[0].read_text())
+        victim = _pid(sorted(started(), key=lambda p: p.stat().st_mtime)[0])
         time.sleep(0.5)
         os.kill(victim, signal.SIGKILL)  # mid-unit: its tables never reach the driver
         time.sleep(0.5)
         (markers / "release").write_text("")
         t.join(timeout=300)
-        in_workers = [p for p in markers.glob("started-*") if int(p.read_text()) != os.getpid()]
+        in_workers = [p for p in markers.glob("started-*") if _pid(p) != os.getpid()]
     assert not t.is_alive() and not errors, (errors, lines)
     assert len(in_workers) == 4, lines  # three units, the killed one twice
     folder = tmp_path / "results" / "tiny_long.units"
