@@ -40,7 +40,7 @@ def _extra() -> dict[str, str]:
 
 def schema_module(chapter: str) -> str | None:
     """``module[:attr]`` of a chapter's schema (by file stem or path), or None."""
-    stem = PurePath(chapter).stem
+    stem = params.chapter_stem(PurePath(chapter).name)
     return {**CHAPTERS, **_extra()}.get(stem)
 
 
@@ -50,8 +50,8 @@ def stems() -> list[str]:
 
 def schema(chapter: str):
     """The :class:`~analysis.params.Schema` of a chapter (by file stem or path), its module imported
-    by name."""
-    stem = PurePath(chapter).stem
+    by name. A chapter's evidence page (``NN_slug_evidence``) has its chapter's schema."""
+    stem = params.chapter_stem(PurePath(chapter).name)
     spec = schema_module(stem)
     if spec is None:
         raise params.ParameterError(f"no parameter schema for chapter {chapter!r}; chapters: "

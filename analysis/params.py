@@ -17,6 +17,7 @@ library functions take. ``analysis.rerun`` finds a chapter's schema by its file 
 from __future__ import annotations
 
 import ast
+import copy
 import dataclasses
 import difflib
 import math
@@ -227,14 +228,21 @@ class Schema(Mapping):
               for name, sub in _config_layout(self.config_class).items()}
         return self.config_class(**kw)
 
-    def check(self, namespace: dict) -> dict:
+    def check(self, namespace: dict, defaults: bool = False) -> dict:
         """Validate a chapter's parameters as they stand in ``namespace`` (the notebook's globals),
         write the normalised values back, and return them. A name injected by papermill
         (``papermill -p NAME VALUE``) that the schema does not know is an error, as with
-        ``analysis.rerun``: it would otherwise be silently ignored."""
+        ``analysis.rerun``: it would otherwise be silently ignored.
+
+        ``defaults=True`` (a chapter's evidence page, whose parameters cell is empty: the chapter's
+        cell is the one place its defaults are written) takes the schema's default for every
+        parameter the namespace does not set; otherwise a missing parameter is an error."""
         unknown = [k for k in injected_names(namespace) if k not in self]
         if unknown:
             validate(self._params, {k: namespace.get(k) for k in unknown}, partial=True)  # raises
+        if defaults:
+            for k, p in self.items():
+                namespace.setdefault(k, copy.deepcopy(p.default))
         missing = [k for k in self if k not in namespace]
         if missing:
             raise ParameterError(f"parameters cell lacks {missing}; it must set every parameter of the "
@@ -242,6 +250,12 @@ class Schema(Mapping):
         out = self.validate({k: namespace[k] for k in self})
         namespace.update(out)
         return out
+
+    def rows(self, full: bool = False) -> list[dict]:
+        """One row per parameter (``parameter``, ``default``, ``allowed``, ``meaning``): the table of
+        the book's parameters appendix (``book/appendix_parameters.md``)."""
+        return [{"parameter": k, "default": repr(p.default), "allowed": p.describe(full), "meaning": p.help}
+                for k, p in self.items()]
 
     def describe(self, full: bool = False) -> str:
         """A Markdown table of the parameters: summarised for the chapter's opening, complete (every
@@ -269,14 +283,26 @@ def registered() -> list[str]:
     return list(_REGISTRY)
 
 
+EVIDENCE_SUFFIX = "_evidence"
+
+
+def chapter_stem(page: str) -> str:
+    """The chapter a page belongs to, by file stem: ``book/02_ssd_offload.md`` -> ``02_ssd_offload``; a
+    chapter's evidence page (``book/02_ssd_offload_evidence.md``: its full tables, secondary figures and
+    sensitivity grids, a child of the chapter in the table of contents) shares the chapter's schema, so
+    it maps to the chapter too."""
+    stem = page.replace("\\", "/").rsplit("/", 1)[-1]
+    stem = stem[:-3] if stem.endswith((".md", ".py")) else stem[:-6] if stem.endswith(".ipynb") else stem
+    return stem[: -len(EVIDENCE_SUFFIX)] if stem.endswith(EVIDENCE_SUFFIX) else stem
+
+
 def schema(chapter: str | Schema) -> Schema:
     """The registered schema of a chapter, by file stem or path (``book/01_kv_footprint.md``). This
     module imports no chapter: import the chapter's schema module first, or use
     :func:`analysis.chapters.schema`, which finds it by name."""
     if isinstance(chapter, Schema):
         return chapter
-    stem = chapter.replace("\\", "/").rsplit("/", 1)[-1]
-    stem = stem[:-3] if stem.endswith((".md", ".py")) else stem[:-6] if stem.endswith(".ipynb") else stem
+    stem = chapter_stem(chapter)
     if stem not in _REGISTRY:
         raise ParameterError(f"no parameter schema registered for chapter {chapter!r} (registered: "
                              f"{', '.join(_REGISTRY) or 'none'}); import its schema module, or find it by "

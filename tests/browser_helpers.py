@@ -19,6 +19,8 @@ from pathlib import Path
 
 import yaml
 
+from analysis.params import EVIDENCE_SUFFIX
+
 REPO = Path(__file__).resolve().parent.parent
 SITE = REPO / "_build" / "html"
 SHOTS = REPO / "_build" / "screenshots"
@@ -67,8 +69,14 @@ def toc_docnames() -> list[str]:
 
 
 def chapter_docnames() -> list[str]:
-    """The numbered chapters (``book/NN_slug``) of the toc."""
-    return [d for d in toc_docnames() if CHAPTER_RE.match(d)]
+    """The numbered chapters (``book/NN_slug``) of the toc, without their evidence pages."""
+    return [d for d in toc_docnames() if CHAPTER_RE.match(d) and not d.endswith(EVIDENCE_SUFFIX)]
+
+
+def evidence_docnames() -> list[str]:
+    """The chapters' evidence pages (``book/NN_slug_evidence``: full tables, secondary figures,
+    sensitivity grids; each a child of its chapter in the toc)."""
+    return [d for d in toc_docnames() if CHAPTER_RE.match(d) and d.endswith(EVIDENCE_SUFFIX)]
 
 
 # -------------------------------------------------------------------------------------- the server

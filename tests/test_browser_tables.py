@@ -151,7 +151,8 @@ setTimeout(() => {
 """
 
 
-@pytest.mark.parametrize("docname", bh.chapter_docnames() + ["book/appendix_reproduce"])
+@pytest.mark.parametrize("docname", bh.chapter_docnames() + bh.evidence_docnames()
+                         + [d for d in bh.toc_docnames() if d.startswith("book/appendix_")])
 def test_chapter_tables_show_at_most_twenty_rows(browser, base_url, docname):
     browser.get(urllib.parse.urljoin(base_url, docname + ".html"))
     ts = browser.execute_async_script(TABLE_ROWS_JS)

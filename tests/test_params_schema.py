@@ -256,3 +256,36 @@ def test_extra_chapter_with_a_plain_dict_of_params(tmp_path, monkeypatch):
     assert params.schema("98_mine") is sch and sch.check({"n": 4}) == {"n": 4}
     with pytest.raises(params.ParameterError, match="below the minimum"):
         sch.config({"n": 0})
+
+
+# ------------------------------------------------------------------------------ evidence pages
+EVIDENCE_PAGES = sorted((REPO / "book").glob(f"[0-9][0-9]_*{params.EVIDENCE_SUFFIX}.md"))
+
+
+def test_an_evidence_page_has_its_chapters_schema():
+    assert params.chapter_stem("book/02_ssd_offload_evidence.md") == "02_ssd_offload"
+    assert params.chapter_stem("02_ssd_offload.md") == "02_ssd_offload"
+    assert chapters.schema_module("book/04_qevict_evidence.md") == chapters.CHAPTERS["04_qevict"]
+    assert chapters.schema("03_disagg_evidence") is chapters.schema("03_disagg")
+
+
+def test_check_with_defaults_fills_only_what_is_missing():
+    sch = chapters.schema("01_kv_footprint")
+    ns = {"dtype": "fp8"}
+    out = sch.check(ns, defaults=True)
+    assert out["dtype"] == "fp8" and ns["dtype"] == "fp8"
+    assert {k: v for k, v in out.items() if k != "dtype"} == \
+        {k: v for k, v in sch.validate(sch.defaults()).items() if k != "dtype"}
+    with pytest.raises(params.ParameterError, match="lacks"):
+        sch.check({"dtype": "fp8"})  # a chapter's own cell must set every parameter
+
+
+@pytest.mark.parametrize("page", EVIDENCE_PAGES, ids=lambda p: p.stem)
+def test_an_evidence_pages_parameters_cell_sets_nothing(page):
+    """The chapter's parameters cell is the one place its defaults are written: the evidence page's cell
+    (where papermill injects a rerun's values) assigns no name, and the page takes the rest from the
+    schema (``SCHEMA.check(globals(), defaults=True)``)."""
+    src = parameters_cell(page)
+    assert cell_values(src) == {}, f"{page.name}: its parameters cell sets {sorted(cell_values(src))}"
+    assert "defaults=True" in page.read_text(encoding="utf-8")
+    assert (REPO / "book" / f"{params.chapter_stem(page.name)}.md").exists()
