@@ -42,7 +42,7 @@ LAYERS = [
     ("data", True, {"analysis.data": "data", "analysis.specs": "specs"}),
     ("utilities", True, {m: m for m in (
         "analysis.report", "analysis.tables", "analysis.plots", "analysis.params", "analysis.cache",
-        "analysis.deps", "analysis.artifacts", "analysis.claims", "analysis.resources")}),
+        "analysis.deps", "analysis.artifacts", "analysis.claims", "analysis.resources", "analysis.tasks")}),
     ("core models", True, {m: m for m in (
         "analysis.kv", "analysis.roofline", "analysis.forward", "analysis.measured", "analysis.timing",
         "analysis.traces")}),
