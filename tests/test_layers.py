@@ -310,3 +310,10 @@ def test_local_import_check_sees_unmarked_imports():
     src = (f"import os\n\ndef f():\n    import json\n    import torch  {HEAVY}\n\n"
            "    def g():\n        from . import x\n")
     assert [n for n, _ in local_imports(src)] == [4, 8]
+
+
+def test_design_document_is_short_enough_to_read():
+    """Issue 26: docs/design.md is the current design in at most 250 lines; history goes to
+    docs/decisions.md."""
+    n = len((PACKAGE.parent / "docs" / "design.md").read_text(encoding="utf-8").splitlines())
+    assert n <= 250, f"docs/design.md has {n} lines: move history to docs/decisions.md"
