@@ -156,7 +156,9 @@ def plan_cases(df: pd.DataFrame, *, split: str = "test", max_agg: int, max_disag
         keys = sorted(set(out.loc[(out["mode"] == mode) & (out["status"] == ""), "key"]), key=_order)
         chosen = {k: i for i, k in enumerate(keys[:cap])}
         m = (out["mode"] == mode) & (out["status"] == "")
-        out.loc[m, "rank"] = out.loc[m, "key"].map(lambda k: chosen.get(k, -1))
+        if not m.any():
+            continue
+        out.loc[m, "rank"] = out.loc[m, "key"].map(lambda k: chosen.get(k, -1)).astype(int)
         out.loc[m & (out["rank"] < 0), ["status", "reason"]] = [STATUS_NOT_RUN, f"beyond --max-{mode}"]
     return out
 
