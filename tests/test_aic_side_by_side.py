@@ -100,11 +100,12 @@ def test_values_say_which_predictor_is_closer():
     pred, art = _fixture()
     v = SBS.values(SBS.side_by_side(pred, art), art)
     assert v["ch3_aic_sbs_disagg_ttft_sim"] == "10%" and v["ch3_aic_sbs_disagg_ttft_aic"] == "50%"
-    assert "on TTFT the simulator is closer (10% against 50%)" in v["ch3_aic_sbs_reading"]
-    assert "on TPOT the simulator is closer (20% against 100%)" in v["ch3_aic_sbs_reading"]
+    assert "on TTFT the simulator is closer (10% against AIConfigurator's 50%)" in v["ch3_aic_sbs_reading"]
+    assert "on TPOT the simulator is closer (20% against AIConfigurator's 100%)" in v["ch3_aic_sbs_reading"]
     reading = v["ch3_aic_sbs_reading"]
     assert "colocated (2 runs): on TTFT both are off by 30%; on TPOT both are off by 10%" in reading
     assert v["ch3_aic_sbs_failed"][0] == 1 and v["ch3_aic_sbs_no_fields"][0] == 1
+    assert v["ch3_aic_sbs_attempted"][0] == 4
     assert v["ch3_aic_sbs_estimated"][0] == 3 and "0.12.0" in v["ch3_aic_sbs_version"]
     cov = SBS.coverage(SBS.side_by_side(pred, art))
     assert "MoE data missing" in " ".join(cov["reason"]) and cov["runs"].sum() == 5

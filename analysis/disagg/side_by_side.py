@@ -145,6 +145,9 @@ def values(sbs: pd.DataFrame, art: Artifact) -> dict:
         "ch3_aic_sbs_failed": (int((t["aic_status"] == aic_run.STATUS_FAILED).sum()), INT),
         "ch3_aic_sbs_no_fields": (int((t["aic_status"] == aic_run.STATUS_NO_FIELDS).sum()), INT),
         "ch3_aic_sbs_not_run": (int((t["aic_status"] == aic_run.STATUS_NOT_RUN).sum()), INT),
+        "ch3_aic_sbs_attempted": (int(t["aic_status"].isin([aic_run.STATUS_OK, aic_run.STATUS_FAILED]).sum()),
+                                  INT),
+        "ch3_aic_sbs_cases": (int(prov.get("cases_run", 0)), INT),
         "ch3_aic_sbs_common": (int(s.loc["all", "runs"]), INT),
     }
     sentences = []
@@ -158,9 +161,12 @@ def values(sbs: pd.DataFrame, art: Artifact) -> dict:
             if np.isfinite(a) and np.isfinite(b):
                 if round(a, 2) == round(b, 2):  # equal as shown (to the percent)
                     parts.append(f"on {m.upper()} both are off by {_fmt_err(a)}")
+                elif a < b:
+                    parts.append(f"on {m.upper()} the simulator is closer ({_fmt_err(a)} against "
+                                 f"AIConfigurator's {_fmt_err(b)})")
                 else:
-                    closer = "the simulator" if a < b else "AIConfigurator"
-                    parts.append(f"on {m.upper()} {closer} is closer ({_fmt_err(a)} against {_fmt_err(b)})")
+                    parts.append(f"on {m.upper()} AIConfigurator is closer ({_fmt_err(b)} against the "
+                                 f"simulator's {_fmt_err(a)})")
         n = int(s.loc[label, "runs"])
         sentences.append(f"{label} ({n:,} runs): " + ("; ".join(parts) if parts else "no run both predicted"))
     out["ch3_aic_sbs_reading"] = "; ".join(sentences)
