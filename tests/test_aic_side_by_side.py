@@ -107,6 +107,9 @@ def test_values_say_which_predictor_is_closer():
     assert v["ch3_aic_sbs_failed"][0] == 1 and v["ch3_aic_sbs_no_fields"][0] == 1
     assert v["ch3_aic_sbs_attempted"][0] == 4
     assert v["ch3_aic_sbs_estimated"][0] == 3 and "0.12.0" in v["ch3_aic_sbs_version"]
+    worse = pred.assign(pred_ttft_ms=np.where(pred["id"] == "d1", 3000.0, pred["pred_ttft_ms"]))
+    r2 = SBS.values(SBS.side_by_side(worse, art), art)["ch3_aic_sbs_reading"]
+    assert "on TTFT AIConfigurator is closer (50% against the simulator's 200%)" in r2
     cov = SBS.coverage(SBS.side_by_side(pred, art))
     assert "MoE data missing" in " ".join(cov["reason"]) and cov["runs"].sum() == 5
 
@@ -118,3 +121,12 @@ def test_bad_artifact_is_a_clear_error():
         SBS.side_by_side(pred, bad)
     with pytest.raises(ValueError, match="other data"):
         SBS.side_by_side(pred[pred["id"] != "a1"], art)
+
+
+def test_the_chapter_reads_the_artifact_the_driver_writes(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVBOOK_RESULTS", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="make aic-side-by-side"):
+        SBS.load()
+    (tmp_path / A.ARTIFACT).mkdir()
+    (tmp_path / A.ARTIFACT / "provenance.json").write_text('{"tables": {}, "modules": []}')
+    assert SBS.load().name == A.ARTIFACT

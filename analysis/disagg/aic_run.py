@@ -59,6 +59,7 @@ from importlib import metadata
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 from .. import artifacts, data
 
@@ -177,8 +178,6 @@ def _systems_data_version() -> dict:
     import aiconfigurator_core  # optional heavy dependency (the .aic-venv environment only)
 
     qv = Path(aiconfigurator_core.__file__).parent / "systems" / "query_versions.yaml"
-    import yaml
-
     slots = yaml.safe_load(qv.read_text())
     return {"aiconfigurator_core": metadata.version("aiconfigurator-core"),
             "query_versions_sha256": hashlib.sha256(qv.read_bytes()).hexdigest(),
