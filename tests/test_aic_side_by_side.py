@@ -65,7 +65,8 @@ def _fixture():
     art_rows = pd.DataFrame(dict(
         id=ids, mode=["agg", "agg", "agg", "disagg", "disagg", "agg"],
         status=["estimated", "estimated", "unsupported", "estimated", "no fields", "estimated"],
-        reason=["", "", "PerfDataNotAvailableError: MoE data missing", "", "disagg run without x", ""],
+        reason=["", "", "PerfDataNotAvailableError: MoE data missing at /x/site-packages/aiconfigurator_core/a",
+                "", "disagg run without x", ""],
         aic_ttft_ms=[110.0, 300.0, np.nan, 500.0, np.nan, 100.0],
         aic_tpot_ms=[10.0, 12.0, np.nan, 20.0, np.nan, 10.0],
         silicon_ttft_ms=[100.0, 200.0, 100.0, 1000.0, 100.0, 100.0],
@@ -111,7 +112,7 @@ def test_values_say_which_predictor_is_closer():
     r2 = SBS.values(SBS.side_by_side(worse, art), art)["ch3_aic_sbs_reading"]
     assert "on TTFT AIConfigurator is closer (50% against the simulator's 200%)" in r2
     cov = SBS.coverage(SBS.side_by_side(pred, art))
-    assert "MoE data missing" in " ".join(cov["reason"]) and cov["runs"].sum() == 5
+    assert "MoE data missing at aiconfigurator_core/a" in " ".join(cov["reason"]) and cov["runs"].sum() == 5
 
 
 def test_bad_artifact_is_a_clear_error():

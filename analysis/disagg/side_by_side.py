@@ -105,7 +105,11 @@ def coverage(sbs: pd.DataFrame) -> pd.DataFrame:
     """What AIConfigurator did with each held-out run of the artifact: counts by mode and status, with
     the reason (exception and message; the first 160 characters) for the runs it could not estimate."""
     t = sbs[sbs["split"] == "test"].copy()
-    t["reason"] = t["aic_reason"].str.slice(0, 160)
+    # the machine's install path says nothing to a reader: from the package's own folder on
+    reason = t["aic_reason"].str.replace(r"\S*/site-packages/", "", regex=True)
+    reason = reason.str.replace(r"^beyond --max-(agg|disagg)$", r"outside the sample (the driver's --max-\1)",
+                                regex=True)
+    t["reason"] = reason.str.slice(0, 160)
     t.loc[t["aic_status"] == aic_run.STATUS_OK, "reason"] = ""
     g = (t.groupby(["mode", "aic_status", "reason"], dropna=False).size().rename("runs").reset_index()
          .sort_values(["mode", "runs"], ascending=[True, False]))
