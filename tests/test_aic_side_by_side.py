@@ -65,8 +65,8 @@ def _fixture():
     art_rows = pd.DataFrame(dict(
         id=ids, mode=["agg", "agg", "agg", "disagg", "disagg", "agg"],
         status=["estimated", "estimated", "unsupported", "estimated", "no fields", "estimated"],
-        reason=["", "", "PerfDataNotAvailableError: MoE data missing at /x/site-packages/aiconfigurator_core/a",
-                "", "disagg run without x", ""],
+        reason=["", "", "PerfDataNotAvailableError: MoE data missing at /x/site-packages/"
+                "aiconfigurator_core/a", "", "disagg run without x", ""],
         aic_ttft_ms=[110.0, 300.0, np.nan, 500.0, np.nan, 100.0],
         aic_tpot_ms=[10.0, 12.0, np.nan, 20.0, np.nan, 10.0],
         silicon_ttft_ms=[100.0, 200.0, 100.0, 1000.0, 100.0, 100.0],
