@@ -131,3 +131,23 @@ def test_the_chapter_reads_the_artifact_the_driver_writes(tmp_path, monkeypatch)
     (tmp_path / A.ARTIFACT).mkdir()
     (tmp_path / A.ARTIFACT / "provenance.json").write_text('{"tables": {}, "modules": []}')
     assert SBS.load().name == A.ARTIFACT
+
+
+def test_the_committed_artifact_is_complete_and_compares():
+    from analysis.disagg import validate as V
+
+    art = SBS.load()
+    prov = art.provenance
+    assert prov["aiconfigurator"] == A.PACKAGE_VERSION and prov["modules"] == A.MODULES
+    assert prov["systems_data"]["aiconfigurator_core"] == A.PACKAGE_VERSION
+    rows = art.tables["rows"]
+    ok = rows["status"] == A.STATUS_OK
+    assert ok.any() and (rows.loc[ok, ["aic_ttft_ms", "aic_tpot_ms"]] > 0).all().all()
+    slots = {v["current"] for v in prov["systems_data"]["default_slots"].values()}
+    assert set(rows.loc[ok, "db_version"].astype(str)) <= slots  # the current database, as documented
+    assert (rows.loc[~ok, "reason"].fillna("") != "").all()  # every run not estimated says why
+    assert set(rows["id"].map(A.split_of)) == {"test"}
+    rs = V.load_rows()
+    sbs = SBS.side_by_side(V.predict(rs, V.Calibration()), art)
+    s = SBS.error_summary(sbs).set_index("mode")
+    assert (s["runs"] > 0).all() and np.isfinite(s.drop(columns="runs").to_numpy()).all()
