@@ -44,6 +44,9 @@ from . import search as S
 
 PERCENTILE = 90.0
 MAX_PREFILL_PROMPTS = 64  # prompts in one whole-prompt prefill iteration (chunked=False)
+STEADY_TOL = 0.02         # steady state: successive windows' p90 TTFT and TPOT agree within 2%
+STEADY_MAX = 100_000      # steady state: at most this many requests (the issue's long run)
+MIN_WINDOW = 1_000        # steady state: requests per window, at least
 
 
 @dataclass
@@ -60,6 +63,11 @@ class DESResult:
     rate: float
     sim_seconds: float
     wall_s: float
+    requests: int = 0          # requests simulated (arrived)
+    warmup: int = 0            # first requests discarded from the percentiles (warm-up)
+    measured: int = 0          # requests the percentiles are taken over
+    steady: bool | None = None  # steady-state run: True if the p90s settled, False if the cap came first;
+                                # None for a fixed request count
 
     def judged(self, slo: S.SLO) -> bool:
         """Both 90th percentiles within the SLO."""
@@ -170,7 +178,8 @@ def arrivals(n, rate, *, trace_s=None, seed=0):
 def simulate(plan: S.Plan, model, wl: S.Workload, *, budget: int, rate: float | None = None,
              load: float = 0.9, n_requests: int | None = None, trace_s=None, seed: int = 0,
              slo: S.SLO | None = None, prec: Precision = Precision(), eff: Efficiency = Efficiency(),
-             grid: S.Grid = S.Grid(), instances: dict | None = None, chunked: bool = True) -> DESResult:
+             grid: S.Grid = S.Grid(), instances: dict | None = None, chunked: bool = True,
+             steady: bool | None = None, window: int | None = None, tol: float = STEADY_TOL) -> DESResult:
     """Replay requests through whole instances of ``plan`` (see the module docstring).
 
     ``chunked=False`` runs a colocated (C, AF) plan without chunked prefill, as vLLM did by default:
@@ -179,10 +188,26 @@ def simulate(plan: S.Plan, model, wl: S.Workload, *, budget: int, rate: float | 
     decodes.
 
     ``rate``: arrivals per second (default ``load`` times the capacity of the whole instances at the
-    plan's design point); lengths from ``wl.lengths`` (per request, cycled) or the means;
-    ``n_requests`` defaults to the number of lengths (or 2,000)."""
+    plan's design point); lengths from ``wl.lengths`` (per request, cycled) or the means.
+
+    Run length. ``steady=True`` runs to steady state: requests in windows of ``window`` arrivals
+    (default: the plan's decode slots at ``load``, ``load x instances x batch``, at least
+    :data:`MIN_WINDOW`); each window's p90 TTFT and TPOT are taken once all its requests are done
+    (arrivals go on meanwhile, so no window sees the drain at the end); the run stops at the first
+    window whose two p90s agree with the previous window's within ``tol`` (relative), and judges the
+    plan on those two windows (everything before them is the discarded warm-up). ``n_requests`` then
+    caps the run (default :data:`STEADY_MAX`; a trace's arrivals cap it at the trace's length); a run
+    that reaches the cap first reports ``steady=False`` and judges on every window but the first.
+    ``steady=False`` replays exactly ``n_requests`` requests (default: the number of lengths) and
+    judges on all of them. The default is steady state, except with per-request lengths or a trace
+    and no ``n_requests`` (a trace is replayed whole). The result reports the requests simulated,
+    discarded and measured."""
     if not plan.feasible:
         raise S.SearchError(f"cannot simulate an infeasible plan: {plan.reason}")
+    if not 0 < tol < 1:
+        raise S.SearchError(f"tol must be a relative tolerance in (0, 1), got {tol!r}")
+    if n_requests is not None and not int(n_requests) >= 1:
+        raise S.SearchError(f"n_requests must be a positive number of requests, got {n_requests!r}")
     t0 = time.perf_counter()
     s = model if isinstance(model, costs.Shape) else costs.shape(model)
     units = {u["unit"]: u for u in plan.units}
@@ -193,7 +218,19 @@ def simulate(plan: S.Plan, model, wl: S.Workload, *, budget: int, rate: float | 
         ins, outs = wl.lengths
     else:
         ins, outs = np.array([wl.input_tokens]), np.array([wl.output_tokens])
-    n = int(n_requests or (len(ins) if wl.lengths is not None else 2000))
+    if steady is None:
+        steady = n_requests is None and wl.lengths is None and trace_s is None
+    if steady:
+        n = int(n_requests or STEADY_MAX)
+        if trace_s is not None:
+            n = min(n, len(trace_s))
+        slots = sum(counts[k] * units[k]["batch"] for k in units if "batch" in units[k])
+        m = int(window or max(MIN_WINDOW, round(slots * rate / max(
+            min(counts[k] * units[k]["rate"] / units[k].get("rho", 1.0) for k in units), 1e-300))))
+        if m < 1:
+            raise S.SearchError(f"window must be a positive number of requests, got {window!r}")
+    else:
+        n = int(n_requests or (len(ins) if wl.lengths is not None else 2000))
     idx = np.arange(n) % len(ins)
     I = np.maximum(np.round(ins[idx] * (1 - wl.prefix_hit)), 1.0)   # computed prompt tokens
     H = np.round(ins[idx] * wl.prefix_hit)                            # cached prompt tokens
@@ -401,17 +438,63 @@ def simulate(plan: S.Plan, model, wl: S.Workload, *, budget: int, rate: float | 
             route(r)
 
     env.process(source())
-    env.run()
-    for e in engines:  # the iterations after the last routing decision
-        e.advance(np.inf)
+
+    def drain():
+        env.run()
+        for e in engines:  # the iterations after the last routing decision
+            e.advance(np.inf)
+
+    def p90s(lo, hi):
+        tt = first[lo:hi] - arr[lo:hi]
+        multi = O[lo:hi] > 1
+        tp = (done[lo:hi] - first[lo:hi])[multi] / (O[lo:hi][multi] - 1)
+        return (float(np.percentile(tt, PERCENTILE)),
+                float(np.percentile(tp, PERCENTILE)) if multi.any() else 0.0)
+
+    if not steady:
+        drain()
+        lo, hi, arrived, settled = 0, n, n, None
+    else:
+        hi, prev, settled, j = 0, None, False, 0
+        while hi + m <= n:
+            lo, hi = hi, hi + m
+            # run on (arrivals continuing) until every request of the window is done
+            j = max(j, hi - 1)
+            while True:
+                if np.isnan(first[lo:hi]).any() or np.isnan(done[lo:hi]).any():
+                    if j >= n - 1:
+                        drain()
+                        break
+                    j = min(j + max(m // 4, 1), n - 1)
+                    t = float(arr[j])
+                    if t > env.now:
+                        env.run(until=t)
+                    for e in engines:
+                        e.advance(t)
+                    continue
+                break
+            cur = p90s(lo, hi)
+            if prev is not None and all(abs(a - b) <= tol * max(abs(a), abs(b), 1e-300)
+                                        for a, b in zip(cur, prev)):
+                settled = True
+                lo = lo - m
+                break
+            prev = cur
+        if settled:
+            arrived = int(np.searchsorted(arr, env.now, side="left")) if env.now < arr[-1] else n
+            arrived = max(arrived, hi)
+        else:
+            drain()
+            lo, hi, arrived = min(m, n - 1), n, n
     end = max([env.now] + [e.last for e in engines])
-    ttft = first - arr
-    tpot = np.where(O > 1, (done - first) / np.maximum(O - 1, 1), 0.0)
-    p90_ttft = float(np.percentile(ttft, PERCENTILE))
-    p90_tpot = float(np.percentile(tpot[O > 1], PERCENTILE)) if (O > 1).any() else 0.0
-    att = float(np.mean((ttft <= slo.ttft_s) & (tpot <= slo.tpot_s))) if slo else float("nan")
+    ttft = (first - arr)[:hi]
+    tpot = np.where(O > 1, (done - first) / np.maximum(O - 1, 1), 0.0)[:hi]
+    p90_ttft, p90_tpot = p90s(lo, hi)
+    sel = slice(lo, hi)
+    att = (float(np.mean((ttft[sel] <= slo.ttft_s) & (tpot[sel] <= slo.tpot_s))) if slo else float("nan"))
     return DESResult(ttft, tpot, p90_ttft, p90_tpot, att, counts, float(rate), float(end),
-                     time.perf_counter() - t0)
+                     time.perf_counter() - t0, requests=int(arrived), warmup=int(lo), measured=int(hi - lo),
+                     steady=settled)
 
 
 def rerank(mode, model, wl: S.Workload, slo: S.SLO, hardware: dict, *, k: int = 5, budget: int = 64,
