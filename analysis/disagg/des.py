@@ -499,13 +499,16 @@ def simulate(plan: S.Plan, model, wl: S.Workload, *, budget: int, rate: float | 
 
 def rerank(mode, model, wl: S.Workload, slo: S.SLO, hardware: dict, *, k: int = 5, budget: int = 64,
            load: float = 0.9, trace_s=None, seed: int = 0, prec: Precision = Precision(),
-           eff: Efficiency = Efficiency(), grid: S.Grid = S.Grid(), chunked: bool = True) -> list:
+           eff: Efficiency = Efficiency(), grid: S.Grid = S.Grid(), chunked: bool = True,
+           n_requests: int | None = None, steady: bool | None = None) -> list:
     """The analytic screen's ``k`` best plans of ``mode``, each replayed by :func:`simulate` at
     ``load`` times its capacity and judged at the 90th percentile: a list of dicts (best analytic
     first) with the plan, its analytic throughput per device (rate-matched pools), the devices of its
     whole instances and the throughput per device they serve in the simulation (``des_tps_device``:
     arrival rate x mean output / devices), the simulated p90 TTFT and TPOT, the SLO attainment and
-    whether both p90s meet the SLO."""
+    whether both p90s meet the SLO. ``n_requests`` and ``steady`` as :func:`simulate` (steady state,
+    or a fixed request count); each row reports ``requests`` simulated, ``warmup`` discarded,
+    ``measured`` and ``steady`` (whether the p90s settled within the cap)."""
     plans = S.top_plans(mode, model, wl, slo, hardware, k=k, budget=budget, prec=prec, eff=eff, grid=grid,
                         enforce_context=False)
     out = []
@@ -514,11 +517,12 @@ def rerank(mode, model, wl: S.Workload, slo: S.SLO, hardware: dict, *, k: int = 
             out.append({"rank": rank, "plan": p, "feasible": False})
             continue
         r = simulate(p, model, wl, budget=budget, load=load, trace_s=trace_s, seed=seed, slo=slo, prec=prec,
-                     eff=eff, grid=grid, chunked=chunked)
+                     eff=eff, grid=grid, chunked=chunked, n_requests=n_requests, steady=steady)
         used = sum(r.instances[u["unit"]] * u["devices"] for u in p.units)
         mean_out = float(np.mean(wl.lengths[1])) if wl.lengths is not None else wl.output_tokens
         out.append({"rank": rank, "plan": p, "feasible": True, "tps_device": p.tokens_per_s_per_device,
                     "devices_used": used, "des_tps_device": r.rate * mean_out / used,
                     "p90_ttft_s": r.p90_ttft_s, "p90_tpot_s": r.p90_tpot_s, "attainment": r.attainment,
-                    "meets_p90": r.judged(slo), "rate": r.rate, "instances": r.instances, "wall_s": r.wall_s})
+                    "meets_p90": r.judged(slo), "rate": r.rate, "instances": r.instances, "wall_s": r.wall_s,
+                    "requests": r.requests, "warmup": r.warmup, "measured": r.measured, "steady": r.steady})
     return out

@@ -648,10 +648,10 @@ def best_plan(mode, model, wl: Workload, slo: SLO, hardware: dict, *, budget: in
                     candidates=n_total)
     combos.sort(key=lambda x: x[0])
     if _top:
-        return [_assemble(mode, combo, per_unit, wl, n_total, grid.limited(budget), budget, counts)
-                for _, combo, counts in combos[:_top]]
+        return [_assemble(mode, combo, per_unit, wl, n_total, grid.limited(budget), budget, counts,
+                          bool(s.n_moe)) for _, combo, counts in combos[:_top]]
     _, combo, counts = combos[0]
-    plan = _assemble(mode, combo, per_unit, wl, n_total, grid.limited(budget), budget, counts)
+    plan = _assemble(mode, combo, per_unit, wl, n_total, grid.limited(budget), budget, counts, bool(s.n_moe))
     warn_edges(f"the best {mode} plan ({plan.tokens_per_s_per_device:,.4g} tokens/s per device)", plan.edges,
                grid.limited(budget), budget)
     return plan
@@ -698,12 +698,13 @@ EDGE_WORDS = {"size": "largest instance size", "n_a": "largest attention pool", 
 NOT_SEARCHED = ("m", "ovl")  # single-valued at 1 (no overlap / no ping-pong): an edge all the same
 
 
-def grid_edges(units, grid: Grid, budget: int) -> list:
+def grid_edges(units, grid: Grid, budget: int, moe: bool = True) -> list:
     """``unit.axis`` for every chosen value at the top of its grid axis (a better plan may lie beyond;
     single-valued axes the caller fixed and the smallest values are not reported, except overlap and
     ping-pong micro-batches held at 1, which the default grid does not search: ``unit.ovl`` for an
-    instance of more than one device, ``unit.m`` for a split unit), and ``budget`` when one instance of
-    every unit together fills the device budget. The prefill utilisation at its cap is ``unit.rho``."""
+    instance with communication to hide (more than one device, with tensor parallelism or, ``moe``,
+    expert parallelism), ``unit.m`` for a split unit), and ``budget`` when one instance of every unit
+    together fills the device budget. The prefill utilisation at its cap is ``unit.rho``."""
     out = []
     for u in units:
         for k, ax in EDGE_AXES.items():
@@ -713,7 +714,8 @@ def grid_edges(units, grid: Grid, budget: int) -> list:
             top = max(vals)
             if len(vals) > 1 and u[k] >= top:
                 out.append(f"{u['unit']}.{k}")
-            elif len(vals) == 1 and k in NOT_SEARCHED and top == 1 and (k == "m" or u.get("size", 1) > 1):
+            elif len(vals) == 1 and k in NOT_SEARCHED and top == 1 and (
+                    k == "m" or (u.get("size", 1) > 1 and (moe or u.get("tp", 1) > 1))):
                 out.append(f"{u['unit']}.{k}")
     if budget is not None and sum(u["devices"] for u in units) >= budget:
         out.append("budget")
@@ -747,7 +749,7 @@ def warn_edges(what: str, edges, grid: Grid, budget: int | None = None, stacklev
                                       "better plan"), stacklevel=stacklevel)
 
 
-def _assemble(mode, combo, per_unit, wl, n_total, grid=None, budget=None, counts=None) -> Plan:
+def _assemble(mode, combo, per_unit, wl, n_total, grid=None, budget=None, counts=None, moe=True) -> Plan:
     units, dev_cost, usd_cost, ttft, tpot = [], 0.0, 0.0, 0.0, 0.0
     for (unit, roles), i, (_, c) in zip(MODE_UNITS[mode], combo, per_unit):
         u = _pick(c, i)
@@ -769,7 +771,7 @@ def _assemble(mode, combo, per_unit, wl, n_total, grid=None, budget=None, counts
         for u in units:
             u["device_share"] = u["dev_per_rate"] / dev_cost
     O = float(wl.output_tokens)
-    edges = grid_edges(units, grid, budget) if grid is not None else []
+    edges = grid_edges(units, grid, budget, moe) if grid is not None else []
     return Plan(mode, True, "", O / dev_cost, O / usd_cost * 1e3, ttft, tpot, units, n_total, edges,
                 float(wl.input_tokens), O)
 
