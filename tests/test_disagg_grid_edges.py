@@ -171,3 +171,23 @@ def test_rerank_takes_a_request_count_and_steady_state():
     assert fixed[0]["requests"] == 700 and fixed[0]["steady"] is None
     st = des.rerank("C", MODEL, wl, S.SLO(1e6, 1e6), S.default_hardware(H100), **kw)
     assert st[0]["steady"] is True and st[0]["warmup"] > 0
+
+
+# ---------------------------------------------------------------- the chapter's lines
+
+def test_chapter_line_counts_plans_at_each_kind_of_edge():
+    import pandas as pd
+
+    from analysis.disagg import chapter
+
+    sweep = pd.DataFrame({"feasible": [True, True, True, False],
+                          "edges": ["D.batch,P.rho", "", "PAF.rho,budget", "D.batch"]})
+    line = chapter.edge_values(sweep)["ch3_grid_edges"]
+    assert line.startswith("2 of the sweep's 3 feasible best plans sit at an edge")
+    assert "2 at the prefill utilisation cap" in line and "1 at the largest decode batch" in line
+    assert "1 at the device budget" in line
+    tail = pd.DataFrame({"feasible": [True, True, False], "steady": [True, False, None],
+                         "warmup": [2000, 1000, 0], "measured": [2000, 11031, 0]})
+    v = chapter.steady_values(tail)
+    assert v["ch3_des_settled"] == "1 of 2"
+    assert v["ch3_des_requests"] == "1,000 to 2,000 warm-up requests discarded, 2,000 to 11,031 judged"

@@ -301,7 +301,7 @@ def production_cells(device="H800-SXM5-80GB", budget=256,
         rows.append({"model": model, "mode": mode, "raw": raw["tokens_per_s_per_device"], "simulated": sim,
                      "published": pub, "error": sim / pub - 1 if key else float("nan"),
                      "tpot_ms": r["tpot_s"] * 1e3, "config": json.dumps(r["config"], default=float),
-                     "grid_edge": r.get("grid_edge", False)})
+                     "grid_edge": r.get("grid_edge", False), "edges": ",".join(r.get("edges", []))})
     return pd.DataFrame(rows)
 
 
