@@ -377,6 +377,14 @@ def simulate(plan: S.Plan, model, wl: S.Workload, *, budget: int, rate: float | 
             self.t_pass = _prefill_table(run, self.b, L_lo, L_hi, mean_hit)
             self.decoders = decoders
             self.queue = queue
+            # the exposed transfers, memoised on their exact arguments (fixed lengths repeat them)
+            hit_net, net = wl.hit_bw / eff.link, self.dev["net"]
+            self.x_hit = functools.lru_cache(maxsize=4096)(
+                lambda b, t: float(costs.kv_transfer_exposed(s, prec, eff, seqs=b, tokens=mean_hit, t_pass=t,
+                                                             devices=self.devices, net=hit_net)))
+            self.x_kv = functools.lru_cache(maxsize=4096)(
+                lambda b, L, t: float(costs.kv_transfer_exposed(s, prec, eff, seqs=b, tokens=L + mean_hit,
+                                                                t_pass=t, devices=self.devices, net=net)))
             env.process(self.loop())
 
         def loop(self):
@@ -385,16 +393,12 @@ def simulate(plan: S.Plan, model, wl: S.Workload, *, budget: int, rate: float | 
                     yield queue_event[0]
                 batch = self.queue[:self.b]
                 del self.queue[:self.b]
-                L = float(np.mean(I[batch]))
+                L = float(np.mean(I[batch])) if len(batch) > 1 else Il[batch[0]]
                 t = self.t_pass(len(batch), L)
                 if mean_hit > 0:
-                    t += float(costs.kv_transfer_exposed(s, prec, eff, seqs=len(batch), tokens=mean_hit,
-                                                         t_pass=t, devices=self.devices,
-                                                         net=wl.hit_bw / eff.link))
+                    t += self.x_hit(len(batch), t)
                 yield env.timeout(t)
-                x = float(costs.kv_transfer_exposed(s, prec, eff, seqs=len(batch), tokens=L + mean_hit,
-                                                    t_pass=t, devices=self.devices, net=self.dev["net"]))
-                env.process(self.hand_over(batch, x))
+                env.process(self.hand_over(batch, self.x_kv(len(batch), L, t)))
 
         def hand_over(self, batch, x):
             yield env.timeout(x)
