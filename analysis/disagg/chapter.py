@@ -115,8 +115,8 @@ def _edge_kinds(edges: pd.Series) -> dict:
 
 
 def _edge_words(k: str) -> str:
-    return {"budget": "the device budget", "ovl": "the overlap axis (none searched, or its most)",
-            "m": "the ping-pong axis (none searched, or its most)"}.get(k, f"the {S.EDGE_WORDS.get(k, k)}")
+    return {"budget": "the device budget", "ovl": "the most overlap micro-batches searched",
+            "m": "the most ping-pong micro-batches searched"}.get(k, f"the {S.EDGE_WORDS.get(k, k)}")
 
 
 def edge_values(sweep: pd.DataFrame) -> dict:

@@ -204,7 +204,8 @@ def simulate(plan: S.Plan, model, wl: S.Workload, *, budget: int, rate: float | 
     window whose two p90s agree with the previous window's within ``tol`` (relative), and judges the
     plan on those two windows (everything before them is the discarded warm-up). ``n_requests`` then
     caps the run (default :data:`STEADY_MAX`; a trace's arrivals cap it at the trace's length); a run
-    that reaches the cap first reports ``steady=False`` and judges on every window but the first.
+    that reaches the cap first reports ``steady=False`` and judges on every window but the first (on
+    every request if it never completed one).
     ``steady=False`` replays exactly ``n_requests`` requests (default: the number of lengths) and
     judges on all of them. The default is steady state, except with per-request lengths or a trace
     and no ``n_requests`` (a trace is replayed whole). The result reports the requests simulated,
@@ -496,7 +497,7 @@ def simulate(plan: S.Plan, model, wl: S.Workload, *, budget: int, rate: float | 
             arrived = max(arrived, hi)
         else:
             drain()
-            lo, hi, arrived = min(m, n - 1), n, n
+            lo, hi, arrived = (m if n > m else 0), n, n  # the first window is the warm-up
     end = max([env.now] + [e.last for e in engines])
     ttft = (first - arr)[:hi]
     tpot = np.where(O > 1, (done - first) / np.maximum(O - 1, 1), 0.0)[:hi]
