@@ -16,10 +16,12 @@ PDAF       PA, PF, DA, DF                              both phases split attenti
 
 Every candidate configuration of a role (devices, TP, DP/EP, batch, micro-batches, chunk size,
 prefill utilisation, device type) is priced at once with numpy; the mode's plan then combines its
-roles' best feasible candidates. Pools are *rate-matched*: a plan's throughput per device is
-``1 / sum(devices per (request/s) of each phase)``, i.e. devices are shared between the phases in
-the proportion their work needs (pools of fractional size; the plan picture scales them to the
-budget). Instances must fit the budget together (one instance of each role at least).
+roles' best feasible candidates (an instance splits into whole data-parallel groups: its devices a
+multiple of its TP degree; the prefill utilisation is searched up to 0.95; a best plan at the top of an
+axis or filling the budget raises a :class:`GridEdgeWarning`). Pools are *rate-matched*: a plan's
+throughput per device is ``1 / sum(devices per (request/s) of each phase)``, i.e. devices are shared
+between the phases in the proportion their work needs (pools of fractional size; the plan picture
+scales them to the budget). Instances must fit the budget together (one instance of each role at least).
 
 Latency model (per request, steady state, open arrivals at the utilisation the plan chooses):
 * C / AF: a fraction ``f = B I / (O K)`` of iterations carry a prefill chunk of ``K`` tokens
