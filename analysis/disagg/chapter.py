@@ -132,6 +132,20 @@ def edge_values(sweep: pd.DataFrame) -> dict:
     return {"ch3_grid_edges": line}
 
 
+def edge_table(sweep: pd.DataFrame) -> pd.DataFrame:
+    """The sweep's feasible best plans at each kind of grid edge, per mode (a plan counted once per kind
+    it sits on; the last row: the mode's feasible best plans)."""
+    ok = sweep[sweep["feasible"].astype(bool)]
+    modes = [m for m in S.MODES if m in set(ok["mode"])]
+    counts = {m: _edge_kinds(ok.loc[ok["mode"] == m, "edges"]) for m in modes}
+    kinds = sorted({k for c in counts.values() for k in c},
+                   key=lambda k: -sum(c.get(k, 0) for c in counts.values()))
+    rows = [{"grid edge": _edge_words(k), **{m: counts[m].get(k, 0) for m in modes}} for k in kinds]
+    rows.append({"grid edge": "feasible best plans (all)",
+                 **{m: int((ok["mode"] == m).sum()) for m in modes}})
+    return pd.DataFrame(rows)
+
+
 def prod_edge_values(prod: pd.DataFrame) -> dict:
     """The grid edges each StepFun decode cell's chosen configuration sits on."""
     cells = []
