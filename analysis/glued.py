@@ -32,7 +32,7 @@ REL_TOL = 1e-9
 VOLATILE = frozenset({
     "02_ssd_offload::ch2_curve_seconds", "02_ssd_offload::ch2_adm_seconds_max",
     "02_ssd_offload::ch2_route_seconds",
-    "03_disagg::ch3_plans_per_s", "03_disagg::ch3_des_wall_max",
+    "03_disagg::ch3_plans_per_s", "03_disagg_evidence::ch3_des_wall_max",
     "05_where_kv_lives::ch5_map_seconds",
     "05_where_kv_lives::ch5_t_old_map", "05_where_kv_lives::ch5_t_reuse",
 })
