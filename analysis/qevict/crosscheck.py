@@ -45,6 +45,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..artifacts import code_hash, list_artifacts, read_artifact, write_artifact
+from . import tuning
+from .config import policy_config
+from .corpora import load_document
+from .gguf_model import gguf_path, load_model
+from .kvcache import FULL
+from .params import SCHEMA
+from .policies import POLICIES, POLICY_LABELS, StreamingLLM
+from .runner import run_document
+from .tokenizer import load_tokenizer
+
 ARTIFACT = "qevict_kvpress_crosscheck"
 REPO = Path(__file__).resolve().parents[2]
 VENV = REPO / ".venv-crosscheck"
@@ -145,7 +156,6 @@ def n_keep_tokens(frac: float, prefill_tokens: int, cfg) -> int:
     """Tokens per (layer, KV head) the project's eviction policies hold after the prefill at budget
     ``frac``: the sink windows plus the windows :meth:`~analysis.qevict.policies.Policy.capacity`
     holds (floored, as ``_EvictByPriority.target``)."""
-    from .policies import StreamingLLM
 
     nc = prefill_tokens // cfg.window
     pol = StreamingLLM(frac, cfg, 1, 1, nc + 1)
@@ -178,7 +188,6 @@ def compare_document(doc: str, res: dict, np_logits: np.ndarray, kv: dict, specs
     """One document: (outcomes, agreement).  ``res``: the project's :func:`run_document` result
     (with ``tiers``); ``np_logits`` its logits (D, B, V); ``kv``: the torch side's arrays
     (``logits/<key>``, ``kept/<key>``); ``specs``: :func:`kvpress_specs`."""
-    from .kvcache import FULL
 
     streams = res["streams"]
     rows, agree = [], []
@@ -231,7 +240,6 @@ def differences_table() -> pd.DataFrame:
 # ------------------------------------------------------------------------------ what the chapter reads
 def crosscheck_result():
     """The committed artifact (or None when it has not been computed)."""
-    from ..artifacts import list_artifacts, read_artifact
 
     return read_artifact(ARTIFACT) if ARTIFACT in set(list_artifacts()) else None
 
@@ -309,6 +317,61 @@ def agreement_summary(art) -> dict:
     )
 
 
+def _pct(x: float) -> str:
+    return f"{x:.0%}" if x in (0.0, 1.0) else f"{x:.1%}"
+
+
+def chapter_glue(art) -> list:
+    """(glue key, text) for chapter 4's section on the crosscheck; ``art`` None: every text says the
+    artifact has not been computed and how to compute it."""
+    keys = ("ch4_xc_setup", "ch4_xc_full", "ch4_xc_streaming", "ch4_xc_snapkv", "ch4_xc_snapkv_window",
+            "ch4_xc_differences", "ch4_xc_extra", "ch4_xc_provenance")
+    if art is None:
+        return [(k, "not computed (run `make crosscheck`)") for k in keys]
+    s = agreement_summary(art)
+    p = art.provenance["params"]
+    diffs = art.tables["differences"]
+    o = art.tables["outcomes"]
+    m = (o[o.policy != "full"].groupby(["implementation", "policy", "label", "budget"], as_index=False)["kl"]
+         .mean())
+    lo = min(s["budgets"])
+    at = m[m.budget == lo].set_index("policy")
+    lab = dict(zip(m.policy, m.label))
+    extra = [k for k in ("kvp_knorm", "kvp_expected") if k in at.index]
+    ours = [k for k in ("qevict_recall", "h2o", "snapkv", "streaming") if k in at.index]
+    best = ours[0] if ours else None
+    extra_txt = "; ".join(f"{lab[k].split(' (')[0]} {at.loc[k, 'kl']:.3f}" for k in extra + ours)
+    if best is not None and extra:
+        better = [lab[k].split(" (")[0] for k in extra if at.loc[k, "kl"] < at.loc[best, "kl"]]
+        extra_txt += (f" (mean KL in nats at the {lo:.0%} budget; " + (
+            f"{' and '.join(better)} below {lab[best].split(' (')[0]}" if better
+            else f"neither kvpress press below {lab[best].split(' (')[0]}") + ")")
+    snap = diffs[diffs.policy == "SnapKV"]
+    return [
+        ("ch4_xc_setup", f"{s['documents']} documents (the default run's), {p['prefill_tokens']:,} prefill "
+                         f"+ {p['decode_tokens']} decoded tokens, budgets "
+                         + ", ".join(f"{b:.0%}" for b in s["budgets"])),
+        ("ch4_xc_full", f"{s['full_logit_diff']:.1e}"),
+        ("ch4_xc_streaming", f"the kept positions are identical in {_pct(s['streaming_identical'])} of "
+                             "(layer, KV head, document, budget) and the next-token logits differ by at "
+                             "most "
+                             f"{s['streaming_logit_diff']:.1e} (tolerance {s['tolerance']:g}): "
+                             + ("agreement" if s["streaming_within_tol"] and s["streaming_identical"] == 1
+                                else "**disagreement**")),
+        ("ch4_xc_snapkv", f"Jaccard {s['snapkv_jaccard']:.2f} of the kept positions (lowest "
+                          f"{s['snapkv_jaccard_min']:.2f}), kvpress's KL minus the project's "
+                          f"{s['snapkv_kl_diff']:+.4f} nats on average"),
+        ("ch4_xc_snapkv_window", f"Jaccard {s['snapkv_window_jaccard']:.3f}, identical kept positions in "
+                                 f"{_pct(s['snapkv_window_identical'])} of (layer, KV head, document, "
+                                 "budget), "
+                                 f"logits within {s['snapkv_window_logit_diff']:.1e}"),
+        ("ch4_xc_differences", "; ".join(f"{r.aspect}: the project {r.project}, kvpress {r.kvpress}"
+                                         for r in snap.itertuples())),
+        ("ch4_xc_extra", extra_txt),
+        ("ch4_xc_provenance", art.describe()),
+    ]
+
+
 # ------------------------------------------------------------------------------ the run
 class _Recorder:
     """The numpy model, recording every decoding step's logits (D, B, V) for the comparison."""
@@ -334,16 +397,6 @@ def kvpress_python() -> Path:
 
 
 def main(argv=None) -> int:
-    from ..artifacts import code_hash, write_artifact
-    from . import tuning
-    from .config import policy_config
-    from .corpora import load_document
-    from .gguf_model import gguf_path, load_model
-    from .params import SCHEMA
-    from .policies import POLICIES, POLICY_LABELS
-    from .runner import run_document
-    from .tokenizer import load_tokenizer
-
     d = SCHEMA.defaults()
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--documents", nargs="+", default=list(d["documents"]))

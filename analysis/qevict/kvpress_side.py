@@ -60,9 +60,9 @@ def window_snap_scores(attn: np.ndarray, *, obs: int, kernel: int, window: int, 
 
 def _presses(spec: dict, P: int):
     """The kvpress press of one stream (``spec``: name, n_keep and the press's settings)."""
-    import kvpress
-    import torch
-    from kvpress.presses.scorer_press import ScorerPress
+    import kvpress  # optional heavy dependency
+    import torch  # optional heavy dependency
+    from kvpress.presses.scorer_press import ScorerPress  # optional heavy dependency
 
     name, ratio = spec["press"], n_kept_ratio(int(spec["n_keep"]), P)
     kw = dict(spec.get("kwargs", {}))
@@ -84,7 +84,7 @@ def _presses(spec: dict, P: int):
 def _recording(press, kept: dict):
     """Record, per layer, the positions the scorer ``press`` keeps (the top ``n_kept`` scores, as
     :class:`kvpress.presses.scorer_press.ScorerPress.compress` selects them)."""
-    from kvpress.utils import compute_n_kept
+    from kvpress.utils import compute_n_kept  # optional heavy dependency
 
     orig = press.score
 
@@ -99,7 +99,7 @@ def _recording(press, kept: dict):
 
 
 def _fp16_cache():
-    from transformers import DynamicCache
+    from transformers import DynamicCache  # optional heavy dependency
 
     class FP16KVCache(DynamicCache):
         """K/V rounded to float16 on entry (the numpy model's cache precision)."""
@@ -112,8 +112,8 @@ def _fp16_cache():
 
 
 def run_job(job: dict, out_dir: Path) -> dict:
-    import torch
-    from transformers import AutoModelForCausalLM
+    import torch  # optional heavy dependency
+    from transformers import AutoModelForCausalLM  # optional heavy dependency
 
     torch.set_num_threads(int(job.get("threads", 2)))
     path = Path(job["gguf"])
@@ -160,7 +160,7 @@ def run_job(job: dict, out_dir: Path) -> dict:
         timing["documents"][doc["name"]] = time.perf_counter() - t1
         print(f"kvpress: {doc['name']}: {len(job['streams'])} streams in "
               f"{timing['documents'][doc['name']]:.0f} s", flush=True)
-    import transformers
+    import transformers  # optional heavy dependency
 
     timing["versions"] = dict(torch=torch.__version__, transformers=transformers.__version__,
                               kvpress=importlib.metadata.version("kvpress"))
