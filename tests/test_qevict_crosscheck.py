@@ -128,6 +128,9 @@ def test_kvpress_specs_match_budgets_and_settings():
     assert st[0]["kwargs"] == dict(n_sink=cfg.sink_windows * cfg.window)
     sn = next(s for s in specs if s["press"] == "SnapKVPress")
     assert sn["kwargs"] == dict(window_size=cfg.snap_obs_tokens, kernel_size=cfg.snap_kernel)
+    # the matched presses at the first budget also run through kvpress's own hooks (run_job checks)
+    assert {s["key"] for s in specs if s.get("hook_check")} == {f"{k}@0.1" for k in xc.MATCHED}
+    assert set(xc.MATCHED.values()) <= set(xc.PROJECT_POLICIES)
 
 
 def _fake_tables():

@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -79,6 +80,8 @@ KVPRESS_STREAMS = (
     ("kvp_knorm", "KnormPress", "kvpress KnormPress (not in the project)"),
     ("kvp_expected", "ExpectedAttentionPress", "kvpress ExpectedAttentionPress (not in the project)"),
 )
+# the project's policies run on the numpy side: the chapter's table's rows (the full cache runs first)
+PROJECT_POLICIES = ("streaming", "h2o", "tova", "snapkv", "kivi2", "qevict_dequant", "qevict_recall")
 # the project's policy each kvpress press is matched with (kept positions compared)
 MATCHED = {"kvp_streaming": "streaming", "kvp_snapkv": "snapkv", "kvp_snapkv_window": "snapkv",
            "kvp_tova": "tova"}
@@ -176,10 +179,11 @@ def kvpress_specs(budgets, prefill_tokens: int, cfg) -> list:
         TOVAPress={}, KnormPress={}, ExpectedAttentionPress={},
     )
     out = [dict(key="full", press="full", n_keep=prefill_tokens, budget=1.0)]
-    for f in budgets:
+    for i, f in enumerate(budgets):
         n = n_keep_tokens(f, prefill_tokens, cfg)
         for key, press, _ in KVPRESS_STREAMS:
-            out.append(dict(key=f"{key}@{f:g}", press=press, n_keep=n, budget=float(f), kwargs=kw[press]))
+            out.append(dict(key=f"{key}@{f:g}", press=press, n_keep=n, budget=float(f), kwargs=kw[press],
+                            hook_check=i == 0 and key in MATCHED))
     return out
 
 
@@ -388,6 +392,13 @@ class _Recorder:
         return out
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and its finished children (the torch side): with other processes on
+    the cores, the wall time overstates what the run needs."""
+    me, ch = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + ch.ru_utime + ch.ru_stime
+
+
 def kvpress_python() -> Path:
     py = VENV / "bin" / "python"
     if not py.exists():
@@ -403,6 +414,8 @@ def main(argv=None) -> int:
     ap.add_argument("--prefill-tokens", type=int, default=d["prefill_tokens"])
     ap.add_argument("--decode-tokens", type=int, default=d["window_tokens"])
     ap.add_argument("--budgets", type=float, nargs="+", default=list(d["budgets"]))
+    ap.add_argument("--policies", nargs="+", default=list(PROJECT_POLICIES), choices=list(POLICIES),
+                    help="the project's policies run on the numpy side")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-write", action="store_true", help="print the comparison, write no artifact")
     a = ap.parse_args(argv)
@@ -416,7 +429,10 @@ def main(argv=None) -> int:
         raise SystemExit(f"--decode-tokens {D} > window {cfg.window}: kvpress compresses only at the "
                          "prefill, so the comparison decodes inside the first open window (no re-decision)")
     tuned = tuning.load(d["tuned_settings"])
-    over = tuning.overrides(tuned, cfg, list(POLICIES), a.budgets)
+    missing = sorted(set(MATCHED.values()) - set(a.policies))
+    if missing:
+        raise SystemExit(f"--policies must include {missing}: kvpress's presses are matched with them")
+    over = tuning.overrides(tuned, cfg, a.policies, a.budgets)
     tok = load_tokenizer()
     w = c.workload
     docs = {s: load_document(s, tok, P + D + 1, prefill_tokens=P, n_needles=w.n_needles,
@@ -443,7 +459,7 @@ def main(argv=None) -> int:
         for j in jd:
             rec = _Recorder(model)
             t2 = time.perf_counter()
-            res = run_document(rec, docs[j["spec"]], P, D, list(POLICIES), a.budgets, cfg, record_tiers=True,
+            res = run_document(rec, docs[j["spec"]], P, D, a.policies, a.budgets, cfg, record_tiers=True,
                                overrides=over)
             t_np += time.perf_counter() - t2
             kv = dict(np.load(tmp / "out" / f"{j['name']}.npz"))
@@ -464,20 +480,23 @@ def main(argv=None) -> int:
         print("the code changed during the run: no artifact written", file=sys.stderr)
         return 1
     cmd = "make crosscheck"
-    if (a.documents, P, D, a.budgets) != (list(d["documents"]), d["prefill_tokens"], d["window_tokens"],
-                                          list(d["budgets"])):
+    if (a.documents, P, D, a.budgets, a.policies) != (list(d["documents"]), d["prefill_tokens"],
+                                                      d["window_tokens"], list(d["budgets"]),
+                                                      list(PROJECT_POLICIES)):
         cmd = ("python -m analysis.qevict.crosscheck --documents " + " ".join(a.documents)
                + f" --prefill-tokens {P} --decode-tokens {D} --budgets "
-               + " ".join(f"{b:g}" for b in a.budgets))
+               + " ".join(f"{b:g}" for b in a.budgets) + " --policies " + " ".join(a.policies))
     write_artifact(ARTIFACT, dict(outcomes=outcomes, agreement=agreement, differences=differences_table()),
                    modules=MODULES, command=cmd, wall_seconds=time.perf_counter() - t0,
                    params=dict(documents=a.documents, prefill_tokens=P, decode_tokens=D, budgets=a.budgets,
+                               policies=a.policies,
                                window=cfg.window, sink_windows=cfg.sink_windows,
                                snap_obs_tokens=cfg.snap_obs_tokens,
                                snap_kernel=cfg.snap_kernel, tuned_settings=d["tuned_settings"]),
                    extra=dict(versions=timing.get("versions", {}), seconds_kvpress=round(t_kv, 1),
-                              seconds_numpy=round(t_np, 1), logit_tolerance=LOGIT_TOLERANCE,
-                              streaming_pass=ok))
+                              seconds_numpy=round(t_np, 1), cpu_seconds=round(cpu_seconds(), 1),
+                              logit_tolerance=LOGIT_TOLERANCE, streaming_pass=ok,
+                              hook_check=timing.get("hook_check", {})))
     return 0 if ok else 1
 
 

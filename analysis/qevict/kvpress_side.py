@@ -6,8 +6,9 @@ Runs only in the crosscheck environment (``make crosscheck``: ``.venv-crosscheck
 environment imports nothing of torch (this module imports torch inside its functions only).
 
 For every document of the job and every stream (a press at a number of kept tokens, or the full
-cache): a prefill of the first ``P`` tokens with the press active (kvpress compresses each layer's
-cache in a forward hook right after that layer's attention, once, at the end of the prefill), then
+cache): a prefill of the first ``P`` tokens, compressed by the press as kvpress's forward hook does
+(each layer's cache right after that layer's attention, once, at the end of the prefill; the prefill
+is shared by the presses, and checked against kvpress's own context manager: :func:`run_job`), then
 ``D`` teacher-forced decoding steps at their true positions (kvpress keeps the original RoPE
 positions of the kept keys; decoded tokens are appended, never compressed). K and V are rounded to
 float16 when they enter the cache, as the numpy model does (its cache is accounted at 2 bytes per
@@ -111,7 +112,74 @@ def _fp16_cache():
     return FP16KVCache()
 
 
+def _prefill(model, ids: np.ndarray):
+    """Full-attention prefill of ``ids`` into a float16-rounded cache, recording what kvpress's forward
+    hook hands each press at every attention layer: its input hidden states, its attention weights
+    and the rotary embeddings.  Returns ([(keys, values)] per layer, [(module, hidden, attn, pe)])."""
+    import torch  # optional heavy dependency
+
+    cache, seen = _fp16_cache(), []
+
+    def hook(module, args, kwargs, output):
+        seen.append((module, kwargs["hidden_states"], output[1], kwargs["position_embeddings"]))
+
+    layers = model.model.layers
+    hooks = [ly.self_attn.register_forward_hook(hook, with_kwargs=True) for ly in layers]
+    try:
+        with torch.no_grad():
+            model.model(input_ids=torch.tensor(ids[None]), past_key_values=cache)
+    finally:
+        for h in hooks:
+            h.remove()
+    return [(ly.keys, ly.values) for ly in cache.layers], seen
+
+
+def _compressed(model, press, kv, seen):
+    """The cache kvpress's forward hook (``BasePress.forward_hook``) leaves after the prefill: every
+    layer's keys and values through ``press.compress`` with the hook's arguments."""
+    import torch  # optional heavy dependency
+
+    press.post_init_from_model(model)
+    cache = _fp16_cache()
+    with torch.no_grad():
+        for li, ((k, v), (module, hs, attn, pe)) in enumerate(zip(kv, seen)):
+            module.rotary_emb = model.model.rotary_emb  # as BasePress.__call__ sets it
+            k2, v2 = press.compress(module, hs, k, v, attn, dict(hidden_states=hs, position_embeddings=pe))
+            cache.update(k2, v2, li)
+    return cache
+
+
+def _decode(model, cache, ids: np.ndarray, P: int, D: int) -> np.ndarray:
+    """``D`` teacher-forced steps at their true positions (as kvpress's pipeline passes them)."""
+    import torch  # optional heavy dependency
+
+    lg = np.zeros((D, model.config.vocab_size), np.float32)
+    with torch.no_grad():
+        for s in range(D):
+            out = model(input_ids=torch.tensor([[int(ids[P + s])]]), past_key_values=cache,
+                        position_ids=torch.tensor([[P + s]]))
+            lg[s] = out.logits[0, -1].float().numpy()
+    return lg
+
+
+def _hook_path(model, spec, ids, P, D):
+    """One stream through kvpress's own context manager (its forward hooks during the prefill)."""
+    import torch  # optional heavy dependency
+
+    rec: dict = {}
+    cache = _fp16_cache()
+    press = _recording(_presses(spec, P), rec)
+    with torch.no_grad(), press(model):
+        model.model(input_ids=torch.tensor(ids[None, :P]), past_key_values=cache)
+    return np.stack([rec[i] for i in range(len(rec))]), _decode(model, cache, ids, P, D)
+
+
 def run_job(job: dict, out_dir: Path) -> dict:
+    """Every document and stream of ``job``.  One full-attention prefill per document is shared by
+    all presses (each layer's prefill reads only its own full cache; kvpress compresses a layer after
+    its attention), each press compressing it as its forward hook would; on the first document the
+    streams marked ``hook_check`` also run through kvpress's own context manager, and the two paths
+    must keep the same positions with the same logits."""
     import torch  # optional heavy dependency
     from transformers import AutoModelForCausalLM  # optional heavy dependency
 
@@ -123,38 +191,38 @@ def run_job(job: dict, out_dir: Path) -> dict:
     model.eval()
     t_load = time.perf_counter() - t0
     P, D = int(job["prefill_tokens"]), int(job["decode_tokens"])
-    timing = dict(load_seconds=t_load, documents={})
-    for doc in job["documents"]:
+    timing = dict(load_seconds=t_load, documents={}, hook_check={})
+    for di, doc in enumerate(job["documents"]):
         ids = np.load(doc["ids"]).astype(np.int64)
         if len(ids) < P + D + 1:
             raise ValueError(f"{doc['name']}: {len(ids)} tokens, needs {P + D + 1}")
         t1 = time.perf_counter()
+        kv, seen = _prefill(model, ids[:P])
         logits, kept = {}, {}
         for spec in job["streams"]:
             key = spec["key"]
-            cache = _fp16_cache()
             rec: dict = {}
-            with torch.no_grad():
-                ctx = torch.tensor(ids[None, :P])
-                if spec["press"] == "full":
-                    model.model(input_ids=ctx, past_key_values=cache)
-                else:
-                    press = _recording(_presses(spec, P), rec)
-                    with press(model):
-                        model.model(input_ids=ctx, past_key_values=cache)
-                lg = np.zeros((D, model.config.vocab_size), np.float32)
-                for s in range(D):
-                    out = model(input_ids=torch.tensor([[int(ids[P + s])]]), past_key_values=cache,
-                                position_ids=torch.tensor([[P + s]]))
-                    lg[s] = out.logits[0, -1].float().numpy()
-            logits[key] = lg
+            if spec["press"] == "full":
+                cache = _fp16_cache()
+                for li, (k, v) in enumerate(kv):
+                    cache.update(k, v, li)
+            else:
+                cache = _compressed(model, _recording(_presses(spec, P), rec), kv, seen)
+                kept[key] = np.stack([rec[i] for i in range(len(rec))]).astype(np.int32)  # (L, Hkv, n)
+                lens = {int(ly.keys.shape[2]) for ly in cache.layers}
+                if lens != {int(spec["n_keep"])}:
+                    raise AssertionError(f"{key}: cache lengths {lens}, expected {int(spec['n_keep'])}")
+            logits[key] = _decode(model, cache, ids, P, D)
+            if di == 0 and spec.get("hook_check"):
+                hk, hl = _hook_path(model, spec, ids, P, D)
+                chk = dict(kept_identical=bool(np.array_equal(hk, kept[key])),
+                           max_logit_diff=float(np.abs(hl - logits[key]).max()))
+                timing["hook_check"][key] = chk
+                if not chk["kept_identical"]:
+                    raise AssertionError(f"{key}: kvpress's hook path keeps other positions than compress()")
             if job.get("verbose", True):
                 print(f"kvpress: {doc['name']} {key}: {time.perf_counter() - t1:.0f} s", flush=True)
-            if rec:
-                kept[key] = np.stack([rec[i] for i in range(len(rec))]).astype(np.int32)  # (L, Hkv, n)
-            lens = {int(cache.layers[i].keys.shape[2]) for i in range(len(cache.layers))}
-            if spec["press"] != "full" and lens != {int(spec["n_keep"]) + D}:
-                raise AssertionError(f"{key}: cache lengths {lens}, expected {int(spec['n_keep']) + D}")
+        del kv, seen
         np.savez(out_dir / f"{doc['name']}.npz", **{f"logits/{k}": v for k, v in logits.items()},
                  **{f"kept/{k}": v for k, v in kept.items()})
         timing["documents"][doc["name"]] = time.perf_counter() - t1
