@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..artifacts import code_hash, list_artifacts, read_artifact, write_artifact
+from ..artifacts import code_hash, write_artifact
 from . import tuning
 from .config import policy_config
 from .corpora import load_document
@@ -66,10 +66,18 @@ MODULES = ["analysis.qevict.crosscheck", "analysis.qevict.kvpress_side", "analys
            "analysis.qevict.policies", "analysis.qevict.kvcache", "analysis.qevict.kernels",
            "analysis.qevict.gguf_model", "analysis.qevict.corpora", "analysis.qevict.tokenizer",
            "analysis.qevict.quant", "analysis.qevict.tuning"]
-# the numpy model and torch agree on the full cache to about this many logits (float32, other
-# summation orders, dequantized the same Q4_1 weights); a matched pair of compressed caches must agree
-# as closely (max |logit difference| over the vocabulary and the steps)
-LOGIT_TOLERANCE = 5e-3
+# A matched pair of compressed caches agrees "within float tolerance" when its largest logit difference
+# (over the vocabulary and the steps) is at most this many times the two full caches' own on the same
+# document: compression adds no disagreement beyond the implementations' float32 arithmetic (other
+# summation orders over 30 layers; the same dequantized Q4_1 weights). (A first, absolute tolerance of
+# 5e-3 logits, set before any run, was below the full caches' own difference, about 1.5e-2.)
+LOGIT_TOLERANCE_FACTOR = 2.0
+
+
+def within_tolerance(pair_diff, full_diff) -> np.ndarray:
+    """Whether a pair's max |logit difference| is within :data:`LOGIT_TOLERANCE_FACTOR` times the full
+    caches' own (elementwise)."""
+    return np.asarray(pair_diff) <= LOGIT_TOLERANCE_FACTOR * np.asarray(full_diff)
 
 # kvpress presses run: (key, press class, settings from the project's PolicyConfig, label)
 KVPRESS_STREAMS = (
@@ -210,8 +218,8 @@ def compare_document(doc: str, res: dict, np_logits: np.ndarray, kv: dict, specs
                          top1=float(t1.mean()), fits=True))
     d_full = float(np.abs(full_np - full_kv).max())
     agree.append(dict(document=doc, pair="full cache", budget=1.0, kept_tokens=int(specs[0]["n_keep"]),
-                      identical_heads=1.0, jaccard=1.0, max_logit_diff=d_full, kl_project=0.0,
-                      kl_kvpress=0.0))
+                      identical_heads=1.0, jaccard=1.0, max_logit_diff=d_full, full_logit_diff=d_full,
+                      kl_project=0.0, kl_kvpress=0.0))
     idx = {s: i for i, s in enumerate(streams)}
     tiers0 = res["tiers"][0]
     for s in specs[1:]:
@@ -227,7 +235,8 @@ def compare_document(doc: str, res: dict, np_logits: np.ndarray, kv: dict, specs
                           kept_tokens=int(s["n_keep"]), identical_heads=identical_share(ours, theirs),
                           jaccard=jaccard(ours, theirs),
                           max_logit_diff=float(np.abs(np_logits[:, i] - kv[f"logits/{s['key']}"]).max()),
-                          kl_project=float(kl_o.mean()), kl_kvpress=float(kl_k.mean())))
+                          full_logit_diff=d_full, kl_project=float(kl_o.mean()),
+                          kl_kvpress=float(kl_k.mean())))
     return pd.DataFrame(rows), pd.DataFrame(agree)
 
 
@@ -239,141 +248,6 @@ def differences_table() -> pd.DataFrame:
                   "no decoding re-decision")
              for a, p, k in STREAMING_DIFFERENCES]
     return pd.DataFrame(rows)
-
-
-# ------------------------------------------------------------------------------ what the chapter reads
-def crosscheck_result():
-    """The committed artifact (or None when it has not been computed)."""
-
-    return read_artifact(ARTIFACT) if ARTIFACT in set(list_artifacts()) else None
-
-
-def check_schema(art) -> None:
-    """Raise if the artifact lacks a table or column the chapter reads."""
-    need = dict(outcomes={"document", "implementation", "policy", "label", "budget", "kl", "top1"},
-                agreement={"document", "pair", "budget", "kept_tokens", "identical_heads", "jaccard",
-                           "max_logit_diff", "kl_project", "kl_kvpress"},
-                differences={"policy", "aspect", "project", "kvpress"})
-    for t, cols in need.items():
-        if t not in art.tables:
-            raise ValueError(f"results/{ARTIFACT} has no table {t!r}; rerun `make crosscheck`")
-        miss = cols - set(art.tables[t].columns)
-        if miss:
-            raise ValueError(f"results/{ARTIFACT}/{t}.csv lacks {sorted(miss)}; rerun `make crosscheck`")
-
-
-CHAPTER_ROWS = (("project (numpy)", "qevict_recall"), ("project (numpy)", "qevict_dequant"),
-                ("project (numpy)", "kivi2"), ("project (numpy)", "h2o"), ("project (numpy)", "tova"),
-                ("kvpress (torch)", "kvp_tova"), ("project (numpy)", "snapkv"),
-                ("kvpress (torch)", "kvp_snapkv"), ("kvpress (torch)", "kvp_snapkv_window"),
-                ("project (numpy)", "streaming"), ("kvpress (torch)", "kvp_streaming"),
-                ("kvpress (torch)", "kvp_knorm"), ("kvpress (torch)", "kvp_expected"))
-
-
-def chapter_table(art) -> pd.DataFrame:
-    """Mean KL (nats) and top-1 agreement over the documents, one row per (implementation, policy),
-    one column pair per budget, in :data:`CHAPTER_ROWS`' order."""
-    check_schema(art)
-    o = art.tables["outcomes"]
-    o = o[o.policy != "full"]
-    m = o.groupby(["implementation", "policy", "label", "budget"], as_index=False)[["kl", "top1"]].mean()
-    keep = [r for r in CHAPTER_ROWS if ((m.implementation == r[0]) & (m.policy == r[1])).any()]
-    out = []
-    for impl, pol in keep:
-        sub = m[(m.implementation == impl) & (m.policy == pol)]
-        row = {"implementation": impl, "policy": sub.label.iloc[0]}
-        for _, r in sub.sort_values("budget").iterrows():
-            row[f"KL {r.budget:.0%}"] = r.kl
-            row[f"top-1 {r.budget:.0%}"] = r.top1
-        out.append(row)
-    return pd.DataFrame(out)
-
-
-def agreement_summary(art) -> dict:
-    """The numbers the chapter's sentences glue: documents and budgets, the full-cache logit gap,
-    StreamingLLM's identical kept sets and logit gap, SnapKV's Jaccard and KL difference (kvpress's
-    definition and the project's inside kvpress)."""
-    check_schema(art)
-    a = art.tables["agreement"]
-    o = art.tables["outcomes"]
-
-    def pick(pair):
-        s = a[a.pair == pair]
-        if not len(s):
-            raise ValueError(f"results/{ARTIFACT}: no rows for {pair!r}; rerun `make crosscheck`")
-        return s
-
-    st, sk = pick("streaming vs kvp_streaming"), pick("snapkv vs kvp_snapkv")
-    sw = pick("snapkv vs kvp_snapkv_window")
-    full = pick("full cache")
-    return dict(
-        documents=int(o.document.nunique()), budgets=sorted(float(b) for b in st.budget.unique()),
-        full_logit_diff=float(full.max_logit_diff.max()),
-        streaming_identical=float(st.identical_heads.mean()),
-        streaming_logit_diff=float(st.max_logit_diff.max()),
-        streaming_within_tol=bool((st.max_logit_diff <= LOGIT_TOLERANCE).all()),
-        snapkv_jaccard=float(sk.jaccard.mean()), snapkv_jaccard_min=float(sk.jaccard.min()),
-        snapkv_kl_diff=float((sk.kl_kvpress - sk.kl_project).mean()),
-        snapkv_window_jaccard=float(sw.jaccard.mean()),
-        snapkv_window_identical=float(sw.identical_heads.mean()),
-        snapkv_window_logit_diff=float(sw.max_logit_diff.max()),
-        tolerance=LOGIT_TOLERANCE,
-    )
-
-
-def _pct(x: float) -> str:
-    return f"{x:.0%}" if x in (0.0, 1.0) else f"{x:.1%}"
-
-
-def chapter_glue(art) -> list:
-    """(glue key, text) for chapter 4's section on the crosscheck; ``art`` None: every text says the
-    artifact has not been computed and how to compute it."""
-    keys = ("ch4_xc_setup", "ch4_xc_full", "ch4_xc_streaming", "ch4_xc_snapkv", "ch4_xc_snapkv_window",
-            "ch4_xc_differences", "ch4_xc_extra", "ch4_xc_provenance")
-    if art is None:
-        return [(k, "not computed (run `make crosscheck`)") for k in keys]
-    s = agreement_summary(art)
-    p = art.provenance["params"]
-    diffs = art.tables["differences"]
-    o = art.tables["outcomes"]
-    m = (o[o.policy != "full"].groupby(["implementation", "policy", "label", "budget"], as_index=False)["kl"]
-         .mean())
-    lo = min(s["budgets"])
-    at = m[m.budget == lo].set_index("policy")
-    lab = dict(zip(m.policy, m.label))
-    extra = [k for k in ("kvp_knorm", "kvp_expected") if k in at.index]
-    ours = [k for k in ("qevict_recall", "h2o", "snapkv", "streaming") if k in at.index]
-    best = ours[0] if ours else None
-    extra_txt = "; ".join(f"{lab[k].split(' (')[0]} {at.loc[k, 'kl']:.3f}" for k in extra + ours)
-    if best is not None and extra:
-        better = [lab[k].split(" (")[0] for k in extra if at.loc[k, "kl"] < at.loc[best, "kl"]]
-        extra_txt += (f" (mean KL in nats at the {lo:.0%} budget; " + (
-            f"{' and '.join(better)} below {lab[best].split(' (')[0]}" if better
-            else f"neither kvpress press below {lab[best].split(' (')[0]}") + ")")
-    snap = diffs[diffs.policy == "SnapKV"]
-    return [
-        ("ch4_xc_setup", f"{s['documents']} documents (the default run's), {p['prefill_tokens']:,} prefill "
-                         f"+ {p['decode_tokens']} decoded tokens, budgets "
-                         + ", ".join(f"{b:.0%}" for b in s["budgets"])),
-        ("ch4_xc_full", f"{s['full_logit_diff']:.1e}"),
-        ("ch4_xc_streaming", f"the kept positions are identical in {_pct(s['streaming_identical'])} of "
-                             "(layer, KV head, document, budget) and the next-token logits differ by at "
-                             "most "
-                             f"{s['streaming_logit_diff']:.1e} (tolerance {s['tolerance']:g}): "
-                             + ("agreement" if s["streaming_within_tol"] and s["streaming_identical"] == 1
-                                else "**disagreement**")),
-        ("ch4_xc_snapkv", f"Jaccard {s['snapkv_jaccard']:.2f} of the kept positions (lowest "
-                          f"{s['snapkv_jaccard_min']:.2f}), kvpress's KL minus the project's "
-                          f"{s['snapkv_kl_diff']:+.4f} nats on average"),
-        ("ch4_xc_snapkv_window", f"Jaccard {s['snapkv_window_jaccard']:.3f}, identical kept positions in "
-                                 f"{_pct(s['snapkv_window_identical'])} of (layer, KV head, document, "
-                                 "budget), "
-                                 f"logits within {s['snapkv_window_logit_diff']:.1e}"),
-        ("ch4_xc_differences", "; ".join(f"{r.aspect}: the project {r.project}, kvpress {r.kvpress}"
-                                         for r in snap.itertuples())),
-        ("ch4_xc_extra", extra_txt),
-        ("ch4_xc_provenance", art.describe()),
-    ]
 
 
 # ------------------------------------------------------------------------------ the run
@@ -449,7 +323,8 @@ def main(argv=None) -> int:
                    out_dir=str(tmp / "out"), threads=a.threads)
         (tmp / "job.json").write_text(json.dumps(job))
         t1 = time.perf_counter()
-        env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": str(a.threads)}
+        env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": str(a.threads),
+               "OMP_WAIT_POLICY": "PASSIVE"}  # idle OpenMP threads sleep instead of spinning
         subprocess.run([str(kvpress_python()), "-m", "analysis.qevict.kvpress_side", str(tmp / "job.json")],
                        check=True, env=env, cwd=REPO)
         t_kv = time.perf_counter() - t1
@@ -469,10 +344,13 @@ def main(argv=None) -> int:
             print(g.to_string(index=False), flush=True)
     outcomes, agreement = pd.concat(outs, ignore_index=True), pd.concat(agrees, ignore_index=True)
     st = agreement[agreement.pair == "streaming vs kvp_streaming"]
-    ok = bool((st.identical_heads == 1).all() and (st.max_logit_diff <= LOGIT_TOLERANCE).all())
+    ok = bool((st.identical_heads == 1).all()
+              and within_tolerance(st.max_logit_diff, st.full_logit_diff).all())
     print(f"StreamingLLM: kept sets identical in {st.identical_heads.mean():.1%} of "
           "(layer, head, document, budget); "
-          f"max |logit difference| {st.max_logit_diff.max():.2e} (tolerance {LOGIT_TOLERANCE:g}): "
+          f"max |logit difference| {st.max_logit_diff.max():.2e}, "
+          f"full caches' {st.full_logit_diff.max():.2e} "
+          f"(tolerance {LOGIT_TOLERANCE_FACTOR:g}x): "
           f"{'PASS' if ok else 'FAIL'}")
     if a.no_write:
         return 0 if ok else 1
@@ -495,7 +373,7 @@ def main(argv=None) -> int:
                                snap_kernel=cfg.snap_kernel, tuned_settings=d["tuned_settings"]),
                    extra=dict(versions=timing.get("versions", {}), seconds_kvpress=round(t_kv, 1),
                               seconds_numpy=round(t_np, 1), cpu_seconds=round(cpu_seconds(), 1),
-                              logit_tolerance=LOGIT_TOLERANCE, streaming_pass=ok,
+                              logit_tolerance_factor=LOGIT_TOLERANCE_FACTOR, streaming_pass=ok,
                               hook_check=timing.get("hook_check", {})))
     return 0 if ok else 1
 

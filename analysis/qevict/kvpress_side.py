@@ -154,11 +154,14 @@ def _decode(model, cache, ids: np.ndarray, P: int, D: int) -> np.ndarray:
     import torch  # optional heavy dependency
 
     lg = np.zeros((D, model.config.vocab_size), np.float32)
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)  # one-token steps: small matmuls; robust on shared cores
     with torch.no_grad():
         for s in range(D):
             out = model(input_ids=torch.tensor([[int(ids[P + s])]]), past_key_values=cache,
                         position_ids=torch.tensor([[P + s]]))
             lg[s] = out.logits[0, -1].float().numpy()
+    torch.set_num_threads(n)
     return lg
 
 
