@@ -9,6 +9,7 @@ import pytest
 
 from analysis import artifacts
 from analysis.qevict import crosscheck as xc
+from analysis.qevict import crosscheck_view as xv
 from analysis.qevict.kvcache import EVICTED, FULL
 from analysis.qevict.kvpress_side import n_kept_ratio, window_snap_scores
 from analysis.qevict.policies import PolicyConfig, SnapKV, StreamingLLM
@@ -145,12 +146,14 @@ def _fake_tables():
                     rows.append(dict(document=doc, implementation=impl, policy=p, label=p, budget=b,
                                      kl=0.0 if full else 0.1 / b, top1=1.0 if full else 0.9, fits=True))
         agree.append(dict(document=doc, pair="full cache", budget=1.0, kept_tokens=1024, identical_heads=1.0,
-                          jaccard=1.0, max_logit_diff=1e-4, kl_project=0.0, kl_kvpress=0.0))
+                          jaccard=1.0, max_logit_diff=1e-4, full_logit_diff=1e-4, kl_project=0.0,
+                          kl_kvpress=0.0))
         for pair, j in (("streaming vs kvp_streaming", 1.0), ("snapkv vs kvp_snapkv", 0.6),
                         ("snapkv vs kvp_snapkv_window", 1.0)):
             for b in (0.2, 0.5):
                 agree.append(dict(document=doc, pair=pair, budget=b, kept_tokens=100,
                                   identical_heads=float(j == 1), jaccard=j, max_logit_diff=2e-4,
+                                  full_logit_diff=1e-4,
                                   kl_project=0.1, kl_kvpress=0.12))
     return dict(outcomes=pd.DataFrame(rows), agreement=pd.DataFrame(agree),
                 differences=xc.differences_table())
@@ -163,17 +166,17 @@ def tmp_results(tmp_path, monkeypatch):
 
 
 def test_chapter_reads_an_artifact(tmp_results):
-    assert xc.crosscheck_result() is None
+    assert xv.crosscheck_result() is None
     artifacts.write_artifact(xc.ARTIFACT, _fake_tables(), modules=xc.MODULES, command="make crosscheck",
                              wall_seconds=1)
-    art = xc.crosscheck_result()
+    art = xv.crosscheck_result()
     assert not art.stale
-    t = xc.chapter_table(art)
+    t = xv.chapter_table(art)
     assert list(t.columns[:2]) == ["implementation", "policy"]
     assert {"KL 20%", "top-1 50%"} <= set(t.columns)
     assert "full" not in set(t.policy)
     assert t.iloc[0].policy == "qevict_recall"  # CHAPTER_ROWS order, QEvict first
-    s = xc.agreement_summary(art)
+    s = xv.agreement_summary(art)
     assert s["documents"] == 2 and s["budgets"] == [0.2, 0.5]
     assert s["streaming_identical"] == 1.0 and s["streaming_within_tol"]
     assert s["snapkv_jaccard"] == pytest.approx(0.6) and s["snapkv_kl_diff"] == pytest.approx(0.02)
@@ -185,12 +188,12 @@ def test_schema_errors_say_what_to_do(tmp_results):
     t["agreement"] = t["agreement"].drop(columns=["jaccard"])
     artifacts.write_artifact(xc.ARTIFACT, t, modules=xc.MODULES, command="c", wall_seconds=1)
     with pytest.raises(ValueError, match="lacks.*jaccard.*make crosscheck"):
-        xc.check_schema(xc.crosscheck_result())
+        xv.check_schema(xv.crosscheck_result())
     t = _fake_tables()
     del t["differences"]
     artifacts.write_artifact(xc.ARTIFACT, t, modules=xc.MODULES, command="c", wall_seconds=1)
     with pytest.raises(ValueError, match="no table 'differences'"):
-        xc.chapter_table(xc.crosscheck_result())
+        xv.chapter_table(xv.crosscheck_result())
 
 
 def test_committed_artifact_schema():
@@ -198,8 +201,32 @@ def test_committed_artifact_schema():
     if xc.ARTIFACT not in artifacts.list_artifacts():
         pytest.skip("results/qevict_kvpress_crosscheck not committed")
     art = artifacts.read_artifact(xc.ARTIFACT)
-    xc.check_schema(art)
-    s = xc.agreement_summary(art)
+    xv.check_schema(art)
+    s = xv.agreement_summary(art)
     assert s["documents"] >= 1 and 0 <= s["snapkv_jaccard"] <= 1
     assert art.provenance["params"]["decode_tokens"] <= art.provenance["params"]["window"]
     assert set(xc.MODULES) == set(art.provenance["modules"])
+
+
+def test_logit_tolerance_is_relative_to_the_full_caches_difference():
+    assert xc.within_tolerance(2e-4, 1e-4)
+    assert not xc.within_tolerance(2.1e-4, 1e-4)
+    assert list(xc.within_tolerance([1e-3, 5e-3], [1e-3, 1e-3])) == [True, False]
+
+
+def test_chapter_glue(tmp_results):
+    keys = {k for k, _ in xv.chapter_glue(None)}
+    assert all("make crosscheck" in v for _, v in xv.chapter_glue(None))
+    artifacts.write_artifact(xc.ARTIFACT, _fake_tables(), modules=xc.MODULES, command="make crosscheck",
+                             wall_seconds=1, params=dict(prefill_tokens=1024, decode_tokens=32))
+    g = dict(xv.chapter_glue(xv.crosscheck_result()))
+    assert set(g) == keys
+    assert g["ch4_xc_streaming"].endswith(": agreement") and "100%" in g["ch4_xc_streaming"]
+    assert "2 documents" in g["ch4_xc_setup"] and "1,024 prefill + 32" in g["ch4_xc_setup"]
+    assert "Jaccard 0.60" in g["ch4_xc_snapkv"] and "+0.0200" in g["ch4_xc_snapkv"]
+    assert "20% budget" in g["ch4_xc_extra"] and "granularity" in g["ch4_xc_differences"]
+    t = _fake_tables()  # a streaming pair beyond the tolerance is reported as a disagreement
+    t["agreement"].loc[t["agreement"].pair == "streaming vs kvp_streaming", "max_logit_diff"] = 1.0
+    artifacts.write_artifact(xc.ARTIFACT, t, modules=xc.MODULES, command="c", wall_seconds=1,
+                             params=dict(prefill_tokens=1024, decode_tokens=32))
+    assert "disagreement" in dict(xv.chapter_glue(xv.crosscheck_result()))["ch4_xc_streaming"]
