@@ -309,8 +309,11 @@ def main(argv=None) -> int:
     over = tuning.overrides(tuned, cfg, a.policies, a.budgets)
     tok = load_tokenizer()
     w = c.workload
-    docs = {s: load_document(s, tok, P + D + 1, prefill_tokens=P, n_needles=w.n_needles,
-                             n_queries=w.n_queries, seed=w.seed).tokens for s in a.documents}
+    # the chapter's documents as the chapter builds them (its decode length: a needle document's
+    # questions need it), of which the first P + D + 1 tokens are used
+    n_doc = P + max(D, d["decode_tokens"]) + 1
+    docs = {s: load_document(s, tok, n_doc, prefill_tokens=P, n_needles=w.n_needles, n_queries=w.n_queries,
+                             seed=w.seed).tokens[: P + D + 1] for s in a.documents}
     specs = kvpress_specs(a.budgets, P, cfg)
     labels = {**POLICY_LABELS, **{k: lab for k, _, lab in KVPRESS_STREAMS}}
     with tempfile.TemporaryDirectory(prefix="crosscheck-") as tmp:
