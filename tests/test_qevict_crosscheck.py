@@ -230,3 +230,12 @@ def test_chapter_glue(tmp_results):
     artifacts.write_artifact(xc.ARTIFACT, t, modules=xc.MODULES, command="c", wall_seconds=1,
                              params=dict(prefill_tokens=1024, decode_tokens=32))
     assert "disagreement" in dict(xv.chapter_glue(xv.crosscheck_result()))["ch4_xc_streaming"]
+    t = _fake_tables()  # a pair whose kept positions differ somewhere is named, with its logit gap
+    sel = (t["agreement"].pair == "snapkv vs kvp_snapkv_window") & (t["agreement"].document == "docs:b") & (
+        t["agreement"].budget == 0.5)
+    t["agreement"].loc[sel, ["identical_heads", "max_logit_diff"]] = [0.9, 0.7]
+    artifacts.write_artifact(xc.ARTIFACT, t, modules=xc.MODULES, command="c", wall_seconds=1,
+                             params=dict(prefill_tokens=1024, decode_tokens=32))
+    w = dict(xv.chapter_glue(xv.crosscheck_result()))["ch4_xc_snapkv_window"]
+    assert "3 of the 4 (document, budget) pairs" in w and "docs:b at 50% (90.0%" in w and "7.0e-01" in w
+    assert "at most 2.0e-04" in w
