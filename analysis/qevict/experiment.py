@@ -13,6 +13,7 @@ from . import tuning
 from .config import policy_config  # also imported from here by the keyed longrun.py
 from .corpora import load_document, module_source
 from .gguf_model import LlamaModel, gguf_path, load_model
+from .labels import with_display_labels
 from .metrics import document_drift, global_lir, summarize_run, tier_bytes_table
 from .params import QEvictConfig
 from .runner import file_sha256, run_document_cached
@@ -103,6 +104,7 @@ def run_experiment(c: QEvictConfig, *, verbose: bool = False) -> Experiment:
         tuning.check_disjoint(tdocs, {d.spec: d.tokens for d in docs})
     summary = pd.concat(rows, ignore_index=True)
     summary.insert(1, "genre", summary.document.str.split(":").str[0])
+    summary = with_display_labels(summary)  # a policy that evicted to fit its budget is named so
     return Experiment(
         c,
         docs,
