@@ -39,6 +39,15 @@ class Experiment:
         return tier_bytes_table(self.summary)
 
 
+def summary_table(rows) -> pd.DataFrame:
+    """The run's summary from the per-document tables of ``metrics.summarize_run``: their rows, the
+    genre (the document spec's prefix), and display names in ``label`` (``analysis.qevict.labels``: a
+    policy that evicted to fit its budget is named so)."""
+    summary = pd.concat(rows, ignore_index=True)
+    summary.insert(1, "genre", summary.document.str.split(":").str[0])
+    return with_display_labels(summary)
+
+
 def run_experiment(c: QEvictConfig, *, verbose: bool = False) -> Experiment:
     """Every document of configuration ``c`` (``analysis.qevict.params.SCHEMA.config(values)``:
     validated and cross-checked), every (policy, budget) stream, each cached on disk."""
@@ -102,9 +111,7 @@ def run_experiment(c: QEvictConfig, *, verbose: bool = False) -> Experiment:
                 seed=w.seed,
             ).tokens
         tuning.check_disjoint(tdocs, {d.spec: d.tokens for d in docs})
-    summary = pd.concat(rows, ignore_index=True)
-    summary.insert(1, "genre", summary.document.str.split(":").str[0])
-    summary = with_display_labels(summary)  # a policy that evicted to fit its budget is named so
+    summary = summary_table(rows)
     return Experiment(
         c,
         docs,

@@ -22,6 +22,9 @@ from .policies import KIVI, REGISTRY
 
 EPS = 1e-6  # added to KL before logs and ratios, as the QEvict rule and the genre ratios do
 FOCUS = ("qevict_recall", "qevict_dequant")  # the chapter's own policies: their worst case is always shown
+# the glue rows of :func:`failures_glue` at its defaults (glued even when nothing is computed)
+GLUE_KEYS = ("ch4_main_worst_loss", *(f"ch4_main_worst_loss_{p}" for p in FOCUS), "ch4_main_losses_count",
+             "ch4_main_quant_reference")
 
 
 def quantize_only(policy: str) -> bool:
@@ -52,7 +55,7 @@ def quantization_references(summary: pd.DataFrame) -> pd.DataFrame:
     """Per (model, budget): the best quantization-only policy (``reference``, lowest geometric-mean KL over
     the model's documents among the quantize-only policies that fitted on every document), its
     geometric-mean KL, and the quantize-only policies that evicted to fit there (``unfit``); ``reference``
-    is None where none fitted."""
+    is missing (NA) where none fitted."""
     s = _prepare(summary)
     s = s[s.policy.map(quantize_only)]
     rows = []
@@ -169,3 +172,26 @@ def failures_glue(summary: pd.DataFrame, focus=FOCUS, prefix: str = "ch4_main") 
     rows.append((f"{prefix}_losses_count", count + (f"; {per}" if per else ""), None))
     rows.append((f"{prefix}_quant_reference", references_text(quantization_references(summary)), None))
     return rows
+
+
+FAILURE_FORMATS = {
+    FAILURE_COLUMNS["budget"]: "{:.0%}",
+    FAILURE_COLUMNS["kl"]: "{:.4f}",
+    FAILURE_COLUMNS["kl_reference"]: "{:.4f}",
+    FAILURE_COLUMNS["excess"]: "{:.4f}",
+    FAILURE_COLUMNS["ratio"]: "{:,.1f}",
+}
+
+
+def failures_view(main, n: int = 10) -> dict:
+    """What the chapter shows of the losses to quantization on the main comparison
+    (``longview.main_comparison``): ``glue`` rows (:data:`GLUE_KEYS`), the ``table`` of
+    :func:`failures_table` of the :func:`worst_losses` and every case (``losses``); without a fresh main
+    comparison, table and losses are None and every glued value says why."""
+    why = ("no main run committed" if main is None or not len(main.get("summary", ()))
+           else f"stale main run(s): {', '.join(main['stale'])}" if main.get("stale") else None)
+    if why is not None:
+        return dict(glue=[(k, f"not computed ({why})", None) for k in GLUE_KEYS], table=None, losses=None)
+    sm = main["summary"]
+    losses = losses_to_quantization(sm)
+    return dict(glue=failures_glue(sm), table=failures_table(worst_losses(losses, n)), losses=losses)

@@ -9,7 +9,7 @@ import yaml
 
 from analysis.artifacts import REPO_ROOT, list_artifacts, read_artifact
 
-from .labels import with_display_labels
+from .labels import named
 from .metrics import (
     DRIFT_RULE,
     QEVICT_RULE,
@@ -57,7 +57,7 @@ def long_results(sweep: Path = LONG_SWEEP):
         rows.append(s)
     if not rows:
         return arts, missing, pd.DataFrame()
-    s = with_display_labels(pd.concat(rows, ignore_index=True))  # one honest name per policy
+    s = named(pd.concat(rows, ignore_index=True))  # one honest name per policy (from the fits flags)
     keys = ["run", "model", "context_tokens", "policy", "label", "budget"]
     tbl = s[s.policy != "full"].groupby(keys, sort=False).agg(
         KL=("kl", "mean"), FMM=("fmm", "mean"), needle=("needle_acc", "mean"), top1=("top1", "mean"),
@@ -124,7 +124,7 @@ def main_comparison(arts):
             t = t.sort_values(["model", "document"], kind="stable").reset_index(drop=True)
         out[key] = t
     if len(out["summary"]):
-        out["summary"] = with_display_labels(out["summary"])  # a policy that evicted to fit is named so
+        out["summary"] = named(out["summary"])  # a policy that evicted to fit its budget is named so
     s = out["summary"]
     out["models"] = list(dict.fromkeys(s.model.astype(str))) if len(s) else []
     if len(s) and "genre" not in s:
