@@ -114,10 +114,9 @@ def worst_losses(losses: pd.DataFrame, n: int = 10, focus=FOCUS, one_per=("model
     return pd.concat([top, *extra], ignore_index=True) if extra else top.reset_index(drop=True)
 
 
-FAILURE_COLUMNS = {
+FAILURE_COLUMNS = {  # nine columns: a plain table (analysis.tables.MAX_PLAIN_COLUMNS)
     "rank": "rank (largest loss: 1)",
-    "model": "model",
-    "document": "document",
+    "unit": "document [model]",
     "budget": "budget (% of full cache)",
     "label": "eviction-based policy",
     "kl": "KL of the policy (nats/token)",
@@ -130,7 +129,8 @@ FAILURE_COLUMNS = {
 
 def failures_table(worst: pd.DataFrame) -> pd.DataFrame:
     """:func:`worst_losses` with the chapter's columns and names (units in the names)."""
-    return worst[list(FAILURE_COLUMNS)].rename(columns=FAILURE_COLUMNS)
+    t = worst.assign(unit=worst.document + " [" + worst.model + "]")
+    return t[list(FAILURE_COLUMNS)].rename(columns=FAILURE_COLUMNS)
 
 
 def _case(r) -> str:
