@@ -221,7 +221,7 @@ def test_chapter_glue(tmp_results):
                              wall_seconds=1, params=dict(prefill_tokens=1024, decode_tokens=32))
     g = dict(xv.chapter_glue(xv.crosscheck_result()))
     assert set(g) == keys
-    assert g["ch4_xc_streaming"].endswith(": agreement") and "100%" in g["ch4_xc_streaming"]
+    assert ": agreement (" in g["ch4_xc_streaming"] and "100%" in g["ch4_xc_streaming"]
     assert "2 documents" in g["ch4_xc_setup"] and "1,024 prefill + 32" in g["ch4_xc_setup"]
     assert "Jaccard 0.60" in g["ch4_xc_snapkv"] and "+0.0200" in g["ch4_xc_snapkv"]
     assert "20% budget" in g["ch4_xc_extra"] and "granularity" in g["ch4_xc_differences"]
@@ -239,3 +239,31 @@ def test_chapter_glue(tmp_results):
     w = dict(xv.chapter_glue(xv.crosscheck_result()))["ch4_xc_snapkv_window"]
     assert "3 of the 4 (document, budget) pairs" in w and "docs:b at 50% (90.0%" in w and "7.0e-01" in w
     assert "at most 2.0e-04" in w
+
+
+def test_the_amended_tolerance_is_logged_with_the_outcome_under_the_original(tmp_results):
+    """The agreement tolerance was changed after the first run (an amendment): the page states the
+    original tolerance, the new one, the date and why, and StreamingLLM's outcome under both."""
+    a = xv.TOLERANCE_AMENDMENT
+    assert a["original_abs"] == 5e-3 and a["date"] == "2026-12-03" and a["commit"] and a["reason"]
+    assert xv.within_original_tolerance([1e-3, 5e-3]) and not xv.within_original_tolerance([1e-3, 6e-3])
+    t = _fake_tables()  # full caches 1e-2 apart, the streaming pairs 1.5e-2: amended yes, original no
+    t["agreement"]["full_logit_diff"] = 1e-2
+    t["agreement"].loc[t["agreement"].pair == "full cache", "max_logit_diff"] = 1e-2
+    t["agreement"].loc[t["agreement"].pair == "streaming vs kvp_streaming", "max_logit_diff"] = 1.5e-2
+    artifacts.write_artifact(xc.ARTIFACT, t, modules=xc.MODULES, command="c", wall_seconds=1,
+                             params=dict(prefill_tokens=1024, decode_tokens=32))
+    art = xv.crosscheck_result()
+    s = xv.agreement_summary(art)
+    assert s["streaming_within_tol"] and not s["streaming_within_original"]
+    assert s["streaming_over_original"] == s["streaming_pairs"] == 4
+    g = dict(xv.chapter_glue(art))
+    txt = g["ch4_xc_tolerance_amendment"]
+    assert txt.startswith("amended after the result") and "5e-3" in txt and "2026-12-03" in txt
+    assert "reads **disagreement**" in txt and "4 of its 4" in txt and txt.endswith("reads agreement")
+    assert g["ch4_xc_streaming"].endswith("under the original one: disagreement)")
+    t["agreement"].loc[t["agreement"].pair == "streaming vs kvp_streaming", "max_logit_diff"] = 1e-3
+    artifacts.write_artifact(xc.ARTIFACT, t, modules=xc.MODULES, command="c", wall_seconds=1,
+                             params=dict(prefill_tokens=1024, decode_tokens=32))
+    g = dict(xv.chapter_glue(xv.crosscheck_result()))
+    assert "reads **agreement**" in g["ch4_xc_tolerance_amendment"]
