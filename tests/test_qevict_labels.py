@@ -128,7 +128,8 @@ def test_committed_long_runs_name_kivi_where_it_evicted():
 # every chapter-4 module that shows a policy's name, and the chapter itself: names come from
 # analysis.qevict.labels, never from POLICY_LABELS directly (nor a hand-written policy name list)
 PRESENTING = ["analysis/qevict/chapter.py", "analysis/qevict/figures.py", "analysis/qevict/longview.py",
-              "analysis/qevict/failures.py", "analysis/qevict/experiment.py", "book/04_qevict.md"]
+              "analysis/qevict/failures.py", "analysis/qevict/experiment.py", "book/04_qevict.md",
+              "book/04_qevict_evidence.md"]
 
 
 @pytest.mark.parametrize("path", PRESENTING)

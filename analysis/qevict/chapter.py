@@ -6,10 +6,13 @@ A function named ``*_glue`` returns the chapter's glued values as ``(name, value
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 
 from .. import claims
+from ..cache import cached
 from .config import policy_config
 from .labels import display_label, labels_for, named, names_of
 from .longview import (
@@ -26,6 +29,7 @@ from .longview import (
     drift_primary_scope,
     drift_primary_text,
     long_lengths_text,
+    main_comparison,
     main_setup_text,
     primary_metrics_from_attention,
     primary_verdict,
@@ -812,6 +816,22 @@ def main_view(main, n_boot: int, seed: int, genre_labels: dict) -> dict:
         claim_drift=claim_drift,
         claim_qevict=claim_qevict,
     )
+
+
+def _main_view_of(arts, n_boot: int, seed: int, genre_labels: dict) -> dict:
+    return main_view(main_comparison(arts), n_boot, seed, genre_labels)
+
+
+def main_view_cached(arts, n_boot: int, seed: int, genre_labels: dict) -> dict:
+    """:func:`main_view` of the committed runs ``arts`` (``longview.long_results``) through
+    :mod:`analysis.cache`: the chapter (its ledger verdicts) and its evidence page (the tables) both
+    need it, and it costs about a minute.  Keyed on each run's recorded table hashes and code hash,
+    its staleness now, the arguments and this module's code with its imports."""
+    runs = [dict(name=a.name, tables=a.provenance.get("tables"), code_hash=a.provenance.get("code_hash"),
+                 stale=list(a.stale_reasons)) for a in arts]
+    return cached("qevict_main_view", dict(runs=runs, n_boot=n_boot, seed=seed, genre_labels=genre_labels),
+                  functools.partial(_main_view_of, arts, n_boot, seed, genre_labels),
+                  code=["analysis.qevict.chapter"])
 
 
 def ledger_glue(
