@@ -307,3 +307,8 @@ def test_main_view_cached_reuses_the_result_and_is_keyed_on_the_runs(tmp_path, m
     ch.main_view_cached([run(stale=["code changed"])], 10, 0, {})
     ch.main_view_cached([run()], 20, 0, {})
     assert len(calls) == 4
+
+
+def test_short_unit_names_keep_the_first_document_and_the_model_family():
+    units = ["code:typing+inspect+argparse [gemma3-270m]", "docs:a [smollm2]", "ref:x"]
+    assert ch.short_unit_names(units) == ["code:typing+ [gemma3]", "docs:a [smollm2]", "ref:x"]

@@ -834,6 +834,18 @@ def main_view_cached(arts, n_boot: int, seed: int, genre_labels: dict) -> dict:
                   code=["analysis.qevict.chapter"])
 
 
+def short_unit_names(units) -> list:
+    """Short labels of the main comparison's units ``"genre:first+second... [model]"`` for a scatter plot:
+    the first source document, ``+`` when it continues, and the model's family (``gemma3-270m`` ->
+    ``gemma3``)."""
+    out = []
+    for u in units:
+        doc, _, model = str(u).partition(" [")
+        first, plus, _ = doc.partition("+")
+        out.append(f"{first}{plus} [{model.rstrip(']').split('-')[0]}]" if model else f"{first}{plus}")
+    return out
+
+
 def ledger_glue(
     main: dict, v_drift_default, v_qc_default, claim_drift_default: str, claim_qevict_default: str
 ) -> tuple:
