@@ -194,12 +194,12 @@ def tolerance_amendment_text(s: dict) -> str:
     a = TOLERANCE_AMENDMENT
     identical = s["streaming_identical"] == 1
     orig = "agreement" if s["streaming_within_original"] and identical else "disagreement"
-    new = "agreement" if s["streaming_within_tol"] and identical else "**disagreement**"
+    new = "agreement" if s["streaming_within_tol"] and identical else "disagreement"
     return (f"amended after the result. The tolerance declared first ({a['original_declared']}) was "
             f"{a['original']}; on {a['date']} (commit {a['commit']}) it became {a['new']}, because "
             f"{a['reason']} "
             f"(in the committed run the full caches differ by up to {s['full_logit_diff']:.1e}). Under the "
-            f"original tolerance the StreamingLLM check reads **{orig}**: "
+            f"original tolerance the StreamingLLM check reads {orig}: "
             f"{s['streaming_over_original']} of its {s['streaming_pairs']} (document, budget) pairs differ "
             f"by more than {a['original_abs']:.0e} logits (up to {s['streaming_logit_diff']:.1e}), with "
             f"{_pct(s['streaming_identical'])} of the kept positions identical; under the amended one it "
