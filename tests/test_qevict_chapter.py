@@ -312,3 +312,10 @@ def test_main_view_cached_reuses_the_result_and_is_keyed_on_the_runs(tmp_path, m
 def test_short_unit_names_keep_the_first_document_and_the_model_family():
     units = ["code:typing+inspect+argparse [gemma3-270m]", "docs:a [smollm2]", "ref:x"]
     assert ch.short_unit_names(units) == ["code:typing+ [gemma3]", "docs:a [smollm2]", "ref:x"]
+
+
+def test_lir_gain_figure_names_only_the_largest_gains_when_asked():
+    t = pd.DataFrame({"lir": [0.1, 0.2, 0.3, 0.4], "kl_gain": [0.5, -0.01, 0.02, -0.9]}, index=list("abcd"))
+    names = lambda fig: sorted(x.get_text() for x in fig.axes[0].texts)  # noqa: E731
+    assert names(qfig.fig_qevict_lir_gain(t, "C0")) == ["a", "b", "c", "d"]
+    assert names(qfig.fig_qevict_lir_gain(t, "C0", label_top=2)) == ["a", "d"]

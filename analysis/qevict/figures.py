@@ -320,15 +320,17 @@ def fig_qevict_main_forest(rule_table: pd.DataFrame, n_units: int, labels: dict 
                    f"QEvict-recall vs baselines at long context, {n_units} (document, model) units", labels)
 
 
-def fig_qevict_lir_gain(table: pd.DataFrame, colour):
-    """Per document (annotated), the KL gain of recall over MiKV against the document's Global LIR
-    (``table``: ``lir`` and ``kl_gain`` by document, from ``metrics.lir_gain_correlation``)."""
+def fig_qevict_lir_gain(table: pd.DataFrame, colour, label_top: int | None = None):
+    """Per document, the KL gain of recall over MiKV against the document's Global LIR (``table``:
+    ``lir`` and ``kl_gain`` by document, from ``metrics.lir_gain_correlation``); every point annotated,
+    or with ``label_top`` only the points of largest absolute gain (many units would overlap)."""
     fig, ax = plots.subplots(height=4.4, width=6.4)
     ax.scatter(table.lir, table.kl_gain, color=colour)
     ax.axhline(0, color="k", lw=0.6)
     ax.set_xlabel("Global LIR of the document")
     ax.set_ylabel("KL(MiKV) − KL(QEvict-recall) [nats]")
-    plots.place_labels(ax, table.lir.to_numpy(), table.kl_gain.to_numpy(), [str(d) for d in table.index])
+    lab = table if label_top is None else table.loc[table.kl_gain.abs().nlargest(label_top).index]
+    plots.place_labels(ax, lab.lir.to_numpy(), lab.kl_gain.to_numpy(), [str(d) for d in lab.index])
     return fig
 
 
