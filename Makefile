@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.kvbook-installed
 
-.PHONY: book test smoke install unit notebooks clean-cache clean linkcheck bench data lint long long-main aic-side-by-side
+.PHONY: book test smoke install unit notebooks clean-cache clean linkcheck bench data lint long long-main aic-side-by-side crosscheck
 
 $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -93,6 +93,24 @@ $(AIC_VENV)/.installed: requirements-aic.txt
 
 aic-side-by-side: $(AIC_VENV)/.installed
 	PYTHONPATH=$(CURDIR) $(AIC_VENV)/bin/python -m analysis.disagg.aic_run $(AIC_ARGS)
+
+# Chapter 4 against a second implementation, NVIDIA's kvpress on transformers + torch (CPU), on the
+# chapter's documents (analysis.qevict.crosscheck; under 30 minutes on 2 cores): its own environment,
+# .venv-crosscheck (requirements-crosscheck.txt; torch's CPU build where pip reaches it, else PyPI's
+# plain wheel of the same release), not part of `make install`. Writes results/qevict_kvpress_crosscheck/.
+CROSS := .venv-crosscheck
+CROSS_STAMP := $(CROSS)/.kvbook-crosscheck-installed
+TORCH_VERSION := 2.13.0
+
+$(CROSS_STAMP): requirements-crosscheck.txt
+	@test -x $(CROSS)/bin/python || $(PYTHON) -m venv $(CROSS)
+	$(CROSS)/bin/python -m pip install --quiet "torch==$(TORCH_VERSION)+cpu" \
+	  || $(CROSS)/bin/python -m pip install --quiet "torch==$(TORCH_VERSION)"
+	$(CROSS)/bin/python -m pip install --quiet -r requirements-crosscheck.txt
+	@touch $(CROSS_STAMP)
+
+crosscheck: $(STAMP) $(CROSS_STAMP)
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m analysis.qevict.crosscheck
 
 clean-cache:
 	rm -rf _build/.jupyter_cache .cache

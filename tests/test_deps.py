@@ -32,7 +32,8 @@ def test_every_chapter_is_a_keyed_page():
 
 
 def test_qevict_policies_invalidates_chapters_4_and_5_only():
-    assert _pages_depending_on("analysis/qevict/policies.py") == {"04_qevict", "05_where_kv_lives", "intro"}
+    assert _pages_depending_on("analysis/qevict/policies.py") == {"04_qevict", "04_qevict_evidence",
+                                                                  "05_where_kv_lives", "intro"}
 
 
 def test_tiering_invalidates_chapters_2_and_5_only():

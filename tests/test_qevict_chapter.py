@@ -285,3 +285,37 @@ def test_genre_rule_table_and_when_it_runs():
 def test_compressed_drops_only_the_full_cache():
     sp = ch.compressed(_summary())
     assert "full" not in set(sp.policy) and len(sp) == len(_summary()) - (_summary().policy == "full").sum()
+
+
+def test_main_view_cached_reuses_the_result_and_is_keyed_on_the_runs(tmp_path, monkeypatch):
+    """The chapter and its evidence page share main_view through analysis.cache: the second call with the
+    same committed runs reads the cache; a run whose table, code or staleness differs recomputes."""
+    monkeypatch.setenv("KVBOOK_CACHE", str(tmp_path))
+    monkeypatch.delenv("KVBOOK_NO_CACHE", raising=False)
+    calls = []
+    monkeypatch.setattr(ch, "main_comparison", lambda arts: None)
+    monkeypatch.setattr(ch, "main_view",
+                        lambda main, n_boot, seed, labels: calls.append(n_boot) or {"n": n_boot})
+
+    def run(sha="a", stale=()):
+        return SimpleNamespace(name="qevict_long_main_x", stale_reasons=list(stale),
+                               provenance={"tables": {"summary": sha}, "code_hash": "c"})
+
+    assert ch.main_view_cached([run()], 10, 0, {}) == {"n": 10} and len(calls) == 1
+    assert ch.main_view_cached([run()], 10, 0, {}) == {"n": 10} and len(calls) == 1  # from the cache
+    ch.main_view_cached([run(sha="b")], 10, 0, {})
+    ch.main_view_cached([run(stale=["code changed"])], 10, 0, {})
+    ch.main_view_cached([run()], 20, 0, {})
+    assert len(calls) == 4
+
+
+def test_short_unit_names_keep_the_first_document_and_the_model_family():
+    units = ["code:typing+inspect+argparse [gemma3-270m]", "docs:a [smollm2]", "ref:x"]
+    assert ch.short_unit_names(units) == ["code:typing+ [gemma3]", "docs:a [smollm2]", "ref:x"]
+
+
+def test_lir_gain_figure_names_only_the_largest_gains_when_asked():
+    t = pd.DataFrame({"lir": [0.1, 0.2, 0.3, 0.4], "kl_gain": [0.5, -0.01, 0.02, -0.9]}, index=list("abcd"))
+    names = lambda fig: sorted(x.get_text() for x in fig.axes[0].texts)  # noqa: E731
+    assert names(qfig.fig_qevict_lir_gain(t, "C0")) == ["a", "b", "c", "d"]
+    assert names(qfig.fig_qevict_lir_gain(t, "C0", label_top=2)) == ["a", "d"]

@@ -6,11 +6,15 @@ A function named ``*_glue`` returns the chapter's glued values as ``(name, value
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 
 from .. import claims
+from ..cache import cached
 from .config import policy_config
+from .labels import display_label, labels_for, named, names_of
 from .longview import (
     ATTENTION_ENDS,
     DRIFT_PRIMARY_RULE,
@@ -25,6 +29,7 @@ from .longview import (
     drift_primary_scope,
     drift_primary_text,
     long_lengths_text,
+    main_comparison,
     main_setup_text,
     primary_metrics_from_attention,
     primary_verdict,
@@ -33,7 +38,7 @@ from .longview import (
     secondary_drift_label,
 )
 from .metrics import DRIFT_RULE, QEVICT_RULE, bootstrap_ci, drift_rule_verdict, lir_gain_correlation
-from .policies import POLICY_LABELS, make_policy
+from .policies import make_policy
 from .quant import full_window_bytes, quant_window_bytes
 from .tuning import stale_reasons
 from .verdicts import by_genre as rule_by_genre
@@ -213,10 +218,11 @@ def fmm_example_glue(sp: pd.DataFrame, policies, budgets) -> list:
     pol = "qevict_recall" if "qevict_recall" in policies else [p for p in policies if p != "full"][0]
     b = sorted(budgets)[min(1, len(budgets) - 1)]
     fx = sp[(sp.policy == pol) & (sp.budget == b)][["fmm", "fmm_quantized", "fmm_evicted"]].mean()
+    name = names_of(sp).get(pol, display_label(pol))
     if abs(fx.fmm - fx.fmm_quantized - fx.fmm_evicted) >= 1e-4:
         raise AssertionError("the two terms of FMM do not add up to FMM")
     return [
-        ("ch4_fmm_ex_where", f"{POLICY_LABELS[pol]} at a budget of {b:.0%}", None),
+        ("ch4_fmm_ex_where", f"{name} at a budget of {b:.0%}", None),
         (
             "ch4_fmm_ex",
             f"{fx.fmm_quantized:.3f} (quantized) + {fx.fmm_evicted:.3f} (not readable) = {fx.fmm:.3f}",
@@ -230,11 +236,12 @@ def fmm_glue(sp: pd.DataFrame, policies) -> list:
     evp = [p for p in EVICTING if p in policies]
     fe = sp[sp.policy.isin(evp)].groupby(["policy", "budget"]).fmm_evicted.mean()
     tq = sp[sp.policy == "qevict_recall"].groupby("budget")[["fmm_quantized", "fmm_evicted"]].mean()
+    names = names_of(sp)
     return [
         ("ch4_fmm_evict_min", float(fe.min()) if len(fe) else float("nan"), "{:.3f}"),
         (
             "ch4_fmm_evict_min_at",
-            f"{POLICY_LABELS[fe.idxmin()[0]]} at {fe.idxmin()[1]:.0%}" if len(fe) else "n/a",
+            f"{names[fe.idxmin()[0]]} at {fe.idxmin()[1]:.0%}" if len(fe) else "n/a",
             None,
         ),
         ("ch4_fmm_evict_max", float(fe.max()) if len(fe) else float("nan"), "{:.3f}"),
@@ -251,9 +258,10 @@ def fmm_glue(sp: pd.DataFrame, policies) -> list:
 
 
 def outcomes_table(sp: pd.DataFrame) -> pd.DataFrame:
-    """Means over documents of every outcome per (budget, policy label)."""
+    """Means over documents of every outcome per (budget, policy label); the label is the display name
+    (``analysis.qevict.labels``), which says where a policy evicted to fit its budget."""
     return (
-        sp.groupby(["budget", "label"], sort=False)
+        named(sp).groupby(["budget", "label"], sort=False)
         .agg(
             KL=("kl", "mean"),
             dppl=("dppl", "mean"),
@@ -344,7 +352,7 @@ TUNED_COLUMNS = {
 def tuned_table(tuned: dict) -> pd.DataFrame:
     """The frozen settings, one row per (policy, budget), display names."""
     rows = [
-        dict(policy=POLICY_LABELS[p], budget=float(f), **dict(s.items()))
+        dict(policy=display_label(p), budget=float(f), **dict(s.items()))
         for p, d in tuned["settings"].items()
         for f, s in d.items()
     ]
@@ -429,9 +437,10 @@ def outcome_counts_text(table: pd.DataFrame) -> str:
     return f"{c['better']} better, {c['not worse']} not worse, {c['worse']} worse, {c['unclear']} unclear"
 
 
-def verdict_glue(table: pd.DataFrame, n_budgets: int) -> list:
+def verdict_glue(table: pd.DataFrame, n_budgets: int, labels: dict | None = None) -> list:
     """Pairs per outcome (``ch4_n_<outcome>``), their number, and the baselines QEvict-recall passes
-    (better or not worse at the rule's share of the budgets) or fails."""
+    (better or not worse at the rule's share of the budgets) or fails, by their display names
+    (``labels``: ``analysis.qevict.labels.names_of`` the run's summary)."""
     rows = [(f"ch4_n_{k.replace(' ', '_')}", n, None) for k, n in outcome_counts(table).items()]
     rows.append(("ch4_n_pairs", len(table), None))
     passed = (
@@ -440,17 +449,18 @@ def verdict_glue(table: pd.DataFrame, n_budgets: int) -> list:
         else pd.Series(dtype=int)
     )
     need = int(np.ceil(QEVICT_RULE["min_budget_share"] * n_budgets - 1e-9))
+    names = labels_for(passed.index, labels)
     rows.append(
         (
             "ch4_baselines_passed",
-            ", ".join(POLICY_LABELS[b] for b, k in passed.items() if k >= need) or "none",
+            ", ".join(names[b] for b, k in passed.items() if k >= need) or "none",
             None,
         )
     )
     rows.append(
         (
             "ch4_baselines_failed",
-            ", ".join(POLICY_LABELS[b] for b, k in passed.items() if k < need) or "none",
+            ", ".join(names[b] for b, k in passed.items() if k < need) or "none",
             None,
         )
     )
@@ -530,7 +540,7 @@ PROMOTION_COLUMNS = [
 def promotion_table(summary: pd.DataFrame) -> pd.DataFrame:
     """Promotions, recalled bytes and KL of the three-tier policies per budget (means over documents)."""
     pr = (
-        summary[summary.policy.isin(["mikv", "qevict_dequant", "qevict_recall"])]
+        named(summary)[summary.policy.isin(["mikv", "qevict_dequant", "qevict_recall"])]
         .groupby(["label", "budget"])
         .agg(promotions=("promotions", "mean"), recall_bytes=("recall_bytes", "mean"), kl=("kl", "mean"))
         .reset_index()
@@ -570,7 +580,8 @@ def long_glue(arts, missing, long_table: pd.DataFrame) -> list:
         ("ch4_long_stale", "; ".join(a.name for a in arts if a.stale) or "none", None),
     ]
     if len(long_table):
-        rq = long_table[long_table.label == POLICY_LABELS["qevict_recall"]]
+        rq = (long_table[long_table.policy == "qevict_recall"] if "policy" in long_table
+              else long_table[long_table.label == display_label("qevict_recall")])
         rows += [
             ("ch4_long_redecide", long_table.redecisions_per_1000.mean(), "{:.0f}"),
             ("ch4_long_promote", rq.promotions_per_1000.mean() if len(rq) else float("nan"), "{:,.0f}"),
@@ -751,7 +762,7 @@ def main_view(main, n_boot: int, seed: int, genre_labels: dict) -> dict:
         }
     )
     lg = lir_gain_correlation(sm, dm.set_index("document").global_lir_observed, n_boot=n_boot, seed=seed)
-    trend, trend_count = budget_trend_table(sm, ("mikv", "qevict_dequant", "qevict_recall"), POLICY_LABELS)
+    trend, trend_count = budget_trend_table(sm, ("mikv", "qevict_dequant", "qevict_recall"), names_of(sm))
     models = " and ".join(main["models"])
     glue = [
         ("ch4_main_units", units, None),
@@ -795,6 +806,7 @@ def main_view(main, n_boot: int, seed: int, genre_labels: dict) -> dict:
         v_qevict=v_qc,
         units=units,
         rules=rm,
+        labels=names_of(sm),
         by_scope=qt,
         drift_scope=dscope,
         drift_columns=ex_cols,
@@ -804,6 +816,34 @@ def main_view(main, n_boot: int, seed: int, genre_labels: dict) -> dict:
         claim_drift=claim_drift,
         claim_qevict=claim_qevict,
     )
+
+
+def _main_view_of(arts, n_boot: int, seed: int, genre_labels: dict) -> dict:
+    return main_view(main_comparison(arts), n_boot, seed, genre_labels)
+
+
+def main_view_cached(arts, n_boot: int, seed: int, genre_labels: dict) -> dict:
+    """:func:`main_view` of the committed runs ``arts`` (``longview.long_results``) through
+    :mod:`analysis.cache`: the chapter (its ledger verdicts) and its evidence page (the tables) both
+    need it, and it costs about a minute.  Keyed on each run's recorded table hashes and code hash,
+    its staleness now, the arguments and this module's code with its imports."""
+    runs = [dict(name=a.name, tables=a.provenance.get("tables"), code_hash=a.provenance.get("code_hash"),
+                 stale=list(a.stale_reasons)) for a in arts]
+    return cached("qevict_main_view", dict(runs=runs, n_boot=n_boot, seed=seed, genre_labels=genre_labels),
+                  functools.partial(_main_view_of, arts, n_boot, seed, genre_labels),
+                  code=["analysis.qevict.chapter"])
+
+
+def short_unit_names(units) -> list:
+    """Short labels of the main comparison's units ``"genre:first+second... [model]"`` for a scatter plot:
+    the first source document, ``+`` when it continues, and the model's family (``gemma3-270m`` ->
+    ``gemma3``)."""
+    out = []
+    for u in units:
+        doc, _, model = str(u).partition(" [")
+        first, plus, _ = doc.partition("+")
+        out.append(f"{first}{plus} [{model.rstrip(']').split('-')[0]}]" if model else f"{first}{plus}")
+    return out
 
 
 def ledger_glue(

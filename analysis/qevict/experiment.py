@@ -13,6 +13,7 @@ from . import tuning
 from .config import policy_config  # also imported from here by the keyed longrun.py
 from .corpora import load_document, module_source
 from .gguf_model import LlamaModel, gguf_path, load_model
+from .labels import with_display_labels
 from .metrics import document_drift, global_lir, summarize_run, tier_bytes_table
 from .params import QEvictConfig
 from .runner import file_sha256, run_document_cached
@@ -36,6 +37,15 @@ class Experiment:
     def tier_bytes(self) -> pd.DataFrame:
         """Bytes held per tier (full, quantized, cold) per policy and budget (bridge to chapter 2)."""
         return tier_bytes_table(self.summary)
+
+
+def summary_table(rows) -> pd.DataFrame:
+    """The run's summary from the per-document tables of ``metrics.summarize_run``: their rows, the
+    genre (the document spec's prefix), and display names in ``label`` (``analysis.qevict.labels``: a
+    policy that evicted to fit its budget is named so)."""
+    summary = pd.concat(rows, ignore_index=True)
+    summary.insert(1, "genre", summary.document.str.split(":").str[0])
+    return with_display_labels(summary)
 
 
 def run_experiment(c: QEvictConfig, *, verbose: bool = False) -> Experiment:
@@ -101,8 +111,7 @@ def run_experiment(c: QEvictConfig, *, verbose: bool = False) -> Experiment:
                 seed=w.seed,
             ).tokens
         tuning.check_disjoint(tdocs, {d.spec: d.tokens for d in docs})
-    summary = pd.concat(rows, ignore_index=True)
-    summary.insert(1, "genre", summary.document.str.split(":").str[0])
+    summary = summary_table(rows)
     return Experiment(
         c,
         docs,

@@ -12,8 +12,8 @@ import seaborn as sns
 
 from .. import plots
 from ..plots import LINESTYLES
+from .labels import labels_for, names_of
 from .metrics import pareto_mask
-from .policies import POLICY_LABELS
 
 
 def percent_tick(x, _pos=None) -> str:
@@ -25,10 +25,12 @@ OUTCOME_COLORS = {"better": "#1b9e77", "not worse": "#7fc97f", "unclear": "#9999
                   "not testable": "#cccccc"}
 
 
-def _forest(rule_table: pd.DataFrame, title: str = ""):
+def _forest(rule_table: pd.DataFrame, title: str = "", labels: dict | None = None):
     """KL ratio QEvict / baseline (geometric mean over documents) with its Holm-level interval, one
-    row per (baseline, budget), coloured by the rule's outcome; the 10% non-inferiority margin dotted."""
+    row per (baseline, budget), coloured by the rule's outcome; the 10% non-inferiority margin dotted.
+    Baselines by their display names (``labels``: ``analysis.qevict.labels.names_of`` the run)."""
     t = rule_table.sort_values(["baseline", "budget"]).reset_index(drop=True)
+    names = labels_for(t.baseline.unique(), labels)
     n = len(t)
     fig, ax = plots.subplots(height=0.24 * n + 2.0)
     y = np.arange(n)[::-1]
@@ -40,7 +42,7 @@ def _forest(rule_table: pd.DataFrame, title: str = ""):
     ax.axvline(1, color="k", lw=0.8)
     ax.axvline(1.10, color="k", lw=0.8, ls=":")
     ax.set_xscale("log")
-    ax.set_yticks(y, [f"{POLICY_LABELS.get(b, b)} @ {f:.0%}" for b, f in zip(t.baseline, t.budget)],
+    ax.set_yticks(y, [f"{names[b]} @ {f:.0%}" for b, f in zip(t.baseline, t.budget)],
                   fontsize=plots.SMALL_PT)
     ax.set_xlabel("KL(QEvict) / KL(baseline), geometric mean over documents\n(log scale; < 1: QEvict better)",
                   fontsize=plots.SMALL_PT + 1)
@@ -106,13 +108,14 @@ def genre_kl_ratios(summary: pd.DataFrame, policy: str, baselines, labels: dict)
     """Geometric-mean KL ratio policy / baseline per genre (rows) and baseline (columns), over
     budgets and the genre's documents."""
     k = summary.pivot_table(index=["genre", "document", "budget"], columns="policy", values="kl")
+    names = names_of(summary)
     rows = []
     for b in baselines:
         if b not in k or policy not in k:
             continue
         lr = np.log((k[policy] + 1e-6) / (k[b] + 1e-6)).rename("lr").reset_index()
         for g, d in lr.groupby("genre"):
-            rows.append(dict(genre=labels.get(g, g), baseline=POLICY_LABELS.get(b, b),
+            rows.append(dict(genre=labels.get(g, g), baseline=names[b],
                              ratio=float(np.exp(d.lr.mean()))))
     return pd.DataFrame(rows).pivot(index="genre", columns="baseline", values="ratio")
 
@@ -167,11 +170,14 @@ def fig_qevict_long_kl(long_table: pd.DataFrame, palette: dict, markers: dict):
     return fig
 
 
-def policy_styles(policies, palette, markers):
+def policy_styles(policies, palette, markers, names: dict | None = None):
     """Presentation order, colours and markers of the non-full policies: ``(keys, labels, colour by
-    label, markers)``; colours repeat after ``len(palette)`` policies, markers do not."""
+    label, markers)``, the labels being display names (``names``: ``analysis.qevict.labels.names_of``
+    the run, so that a policy that evicted to fit its budget is named so); colours repeat after
+    ``len(palette)`` policies, markers do not."""
     keys = [p for p in policies if p != "full"]
-    labels = [POLICY_LABELS[p] for p in keys]
+    shown = labels_for(keys, names)
+    labels = [shown[p] for p in keys]
     # grey is the book's colour for context series and references, never a policy's
     hues = [c for c in palette if np.ptp(matplotlib.colors.to_rgb(c)) > 0.05] or list(palette)
     colours = dict(zip(labels, hues * (len(labels) // len(hues) + 1)))
@@ -302,27 +308,29 @@ def fig_qevict_outcomes(summary: pd.DataFrame, order, palette, markers, seed: in
     return fig
 
 
-def fig_qevict_forest(rule_table: pd.DataFrame, n_documents: int):
+def fig_qevict_forest(rule_table: pd.DataFrame, n_documents: int, labels: dict | None = None):
     """The declared QEvict rule on the default run: :func:`_forest` of QEvict-recall vs every
     (baseline, budget) pair."""
-    return _forest(rule_table, f"QEvict-recall vs baselines, {n_documents} documents")
+    return _forest(rule_table, f"QEvict-recall vs baselines, {n_documents} documents", labels)
 
 
-def fig_qevict_main_forest(rule_table: pd.DataFrame, n_units: int):
+def fig_qevict_main_forest(rule_table: pd.DataFrame, n_units: int, labels: dict | None = None):
     """The declared QEvict rule on the main comparison at long context (units: document, model)."""
     return _forest(rule_table,
-                   f"QEvict-recall vs baselines at long context, {n_units} (document, model) units")
+                   f"QEvict-recall vs baselines at long context, {n_units} (document, model) units", labels)
 
 
-def fig_qevict_lir_gain(table: pd.DataFrame, colour):
-    """Per document (annotated), the KL gain of recall over MiKV against the document's Global LIR
-    (``table``: ``lir`` and ``kl_gain`` by document, from ``metrics.lir_gain_correlation``)."""
+def fig_qevict_lir_gain(table: pd.DataFrame, colour, label_top: int | None = None):
+    """Per document, the KL gain of recall over MiKV against the document's Global LIR (``table``:
+    ``lir`` and ``kl_gain`` by document, from ``metrics.lir_gain_correlation``); every point annotated,
+    or with ``label_top`` only the points of largest absolute gain (many units would overlap)."""
     fig, ax = plots.subplots(height=4.4, width=6.4)
     ax.scatter(table.lir, table.kl_gain, color=colour)
     ax.axhline(0, color="k", lw=0.6)
     ax.set_xlabel("Global LIR of the document")
     ax.set_ylabel("KL(MiKV) − KL(QEvict-recall) [nats]")
-    plots.place_labels(ax, table.lir.to_numpy(), table.kl_gain.to_numpy(), [str(d) for d in table.index])
+    lab = table if label_top is None else table.loc[table.kl_gain.abs().nlargest(label_top).index]
+    plots.place_labels(ax, lab.lir.to_numpy(), lab.kl_gain.to_numpy(), [str(d) for d in lab.index])
     return fig
 
 

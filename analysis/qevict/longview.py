@@ -9,6 +9,7 @@ import yaml
 
 from analysis.artifacts import REPO_ROOT, list_artifacts, read_artifact
 
+from .labels import named
 from .metrics import (
     DRIFT_RULE,
     QEVICT_RULE,
@@ -43,7 +44,8 @@ def long_lengths_text(runs=None) -> str:
 
 def long_results(sweep: Path = LONG_SWEEP):
     """(artifacts present, in the sweep's order; names declared but not computed; one table per
-    (run, policy, budget) with means over documents)."""
+    (run, policy, budget) with means over documents, the policy's display name in ``label``:
+    ``analysis.qevict.labels``, over every run)."""
     have = set(list_artifacts())
     names = [r["name"] for r in long_runs(sweep)]
     arts = [read_artifact(n) for n in names if n in have]
@@ -55,8 +57,8 @@ def long_results(sweep: Path = LONG_SWEEP):
         rows.append(s)
     if not rows:
         return arts, missing, pd.DataFrame()
-    s = pd.concat(rows, ignore_index=True)
-    keys = ["run", "model", "context_tokens", "label", "budget"]
+    s = named(pd.concat(rows, ignore_index=True))  # one honest name per policy (from the fits flags)
+    keys = ["run", "model", "context_tokens", "policy", "label", "budget"]
     tbl = s[s.policy != "full"].groupby(keys, sort=False).agg(
         KL=("kl", "mean"), FMM=("fmm", "mean"), needle=("needle_acc", "mean"), top1=("top1", "mean"),
         redecisions_per_1000=("redecisions_per_1000", "mean"),
@@ -121,6 +123,8 @@ def main_comparison(arts):
         if len(t):
             t = t.sort_values(["model", "document"], kind="stable").reset_index(drop=True)
         out[key] = t
+    if len(out["summary"]):
+        out["summary"] = named(out["summary"])  # a policy that evicted to fit its budget is named so
     s = out["summary"]
     out["models"] = list(dict.fromkeys(s.model.astype(str))) if len(s) else []
     if len(s) and "genre" not in s:
