@@ -104,7 +104,14 @@ def load_baseline(path: Path = BASELINE) -> dict[str, dict]:
 def load_explained(path: Path = EXPLAINED) -> dict[str, str]:
     if not Path(path).exists():
         return {}
-    data = yaml.safe_load(Path(path).read_text()) or {}
+    text = Path(path).read_text()
+    data = yaml.safe_load(text) or {}
+    # YAML keeps the last of two equal keys silently: two merged branches explaining one key would hide
+    # one reason
+    keys = [n.value for n, _ in yaml.compose(text).value] if data else []
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        raise GluedError(f"{path}: keys explained twice (keep one reason each): {twice}")
     bad = [k for k, v in data.items() if not isinstance(v, str) or not v.strip()]
     if bad:
         raise GluedError(f"{path}: every explained change needs a reason (text); missing for {bad}")

@@ -30,6 +30,15 @@ def test_every_volatile_key_is_a_recorded_glue_key():
     assert glued.VOLATILE <= recorded, sorted(glued.VOLATILE - recorded)
 
 
+def test_a_key_explained_twice_is_an_error(tmp_path):
+    f = tmp_path / "changes.yaml"
+    f.write_text("p::a: one reason\np::b: other\n")
+    assert glued.load_explained(f) == {"p::a": "one reason", "p::b": "other"}
+    f.write_text("p::a: one reason\np::b: other\np::a: a second reason\n")
+    with pytest.raises(glued.GluedError, match="explained twice"):
+        glued.load_explained(f)
+
+
 def test_unexplained_lists_both_directions():
     changes = {"p::a": {}, "p::b": {}}
     assert glued.unexplained(changes, {"p::a": "fixed a double count", "p::z": "old"}) == (["p::b"], ["p::z"])
