@@ -1169,6 +1169,7 @@ def vllm_published() -> dict:
         "gains": {h: p(f"vllm_offload_fig2_gain_h{h}")["value"] for h in VLLM_GAINS_PCT},
         "dma_gb_s": p("vllm_offload_dma_h2d_gb_s_2mb")["value"],
         "prompt_tokens": p("vllm_offload_fig2_prompt_tokens")["value"],
+        "block_mb": p("vllm_offload_block_mb")["value"],
         "setting": dict(ref)}
 
 
@@ -1274,7 +1275,7 @@ def vllm_offload(model: str, gpu: str, compute_eff: float, chunk_tokens: int) ->
         est["speedup_1k_with_fixed"] = float(r1["recompute_s"][0] / (r1["load_ttft_s"][0] + icpt))
     return {"ttft": ttft, "tput": tput, "values": {"ttft": v1, "throughput": v2},
             "serial": {"ttft": v1s, "throughput": v2s}, "verdicts": verdicts, "estimates": est, "pub": pub,
-            "curve_seconds": curve_s, "seconds": time.perf_counter() - t0}
+            "model": model, "gpu": gpu, "curve_seconds": curve_s, "seconds": time.perf_counter() - t0}
 
 
 def vllm_rows(r: dict, compute_eff: float) -> list:
@@ -1304,6 +1305,11 @@ def vllm_rows(r: dict, compute_eff: float) -> list:
          None),
         ("ch2_vllm_tput_text", f"{v2['throughput at 0% hits']:,.0f} tokens/s at 0% CPU hits{blog(b_t0)} and "
                                f"{g_model} that at {pct}{blog(g_blog)}", None),
+        ("ch2_vllm_setup_text", f"{pub['setting'].get('model')} on one {pub['setting'].get('gpu')} "
+                                f"(this run: {r['model']} on one {r['gpu']}), its KV cache copied from CPU "
+                                f"memory in {VLLM_BLOCK_TOKENS}-token blocks of {pub['block_mb']:g} MB at "
+                                f"{pub['dma_gb_s']:g} GB/s (the post's Fig. 4, GB read as 2³⁰ bytes), the "
+                                f"throughput runs on {pub['prompt_tokens']:g}-token prompts", None),
         ("ch2_vllm_serial_text", ", ".join(f"{s2[f'gain at {h}% hits']:.2f}×" for h in gains), None),
         ("ch2_vllm_curve_seconds", r["curve_seconds"], "{:.2f} s"),
         ("ch2_vllm_seconds", r["seconds"], "{:.1f} s"),
