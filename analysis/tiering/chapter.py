@@ -1148,15 +1148,7 @@ def vllm_published() -> dict:
     length, Fig. 2's throughputs (tokens/s) per hit rate and the baseline without offloading, the gains
     over the 0% point, the DMA bandwidth (as printed, GB/s), the prompt of Fig. 2 and the setting
     (model, gpu) the figures belong to."""
-    df = data.table("published.csv")  # read once (data.published re-reads it per key)
-    rows = dict(zip(df["key"], df["value"].astype(float)))
-
-    def p(key):
-        if key not in rows:
-            raise data.DataError(f"no published figure {key!r} in data/published.csv: restore the vLLM "
-                                 f"offloading rows with `git checkout -- data/published.csv`")
-        return {"value": rows[key]}
-
+    p = data.published
     ref = claims.rule("ch2_vllm_offload_ttft")["components"][0]["reference"]["setting"]
     return {
         "compute_s": np.array([p(f"vllm_offload_fig1_compute_ms_{k}k")["value"]
