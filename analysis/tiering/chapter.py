@@ -1297,8 +1297,9 @@ def vllm_rows(r: dict, compute_eff: float) -> list:
          None),
         ("ch2_vllm_tput_text", f"{v2['throughput at 0% hits']:,.0f} tokens/s at 0% CPU hits{blog(b_t0)} and "
                                f"{g_model} that at {pct}{blog(g_blog)}", None),
-        ("ch2_vllm_setup_text", f"{pub['setting'].get('model')} on one {pub['setting'].get('gpu')} "
-                                f"(this run: {r['model']} on one {r['gpu']}), its KV cache copied from CPU "
+        ("ch2_vllm_setup_text", f"{pub['setting'].get('model')} on one {pub['setting'].get('gpu')}"
+                                + ("" if same else f" (this run: {r['model']} on one {r['gpu']})")
+                                + ", its KV cache copied from CPU "
                                 f"memory in {VLLM_BLOCK_TOKENS}-token blocks of {pub['block_mb']:g} MB at "
                                 f"{pub['dma_gb_s']:g} GB/s (the post's Fig. 4, GB read as 2³⁰ bytes), the "
                                 f"throughput runs on {pub['prompt_tokens']:g}-token prompts", None),
