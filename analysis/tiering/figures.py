@@ -320,7 +320,7 @@ def fig_vllm_offload(f: dict):
     length, recomputed or loaded from CPU memory; right, throughput of 512-token prefills over the CPU
     hit rate. Published points as markers (none in another setting); the model's overlap rule solid, the
     load added to the compute dashed."""
-    fig, (a1, a2) = plots.subplots(1, 2, height=3.6)
+    fig, (a1, a2) = plots.subplots(1, 2, height=3.3)
     t, p = f["ttft"], f["tput"]
     a1.plot(t["prompt_k"], t["recompute_s"], color=plots.PALETTE[0], lw=1.5, label="model: recompute")
     a1.plot(t["prompt_k"], t["load_ttft_s"], color=plots.PALETTE[1], lw=1.5, label="model: load (overlapped)")
