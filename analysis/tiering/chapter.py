@@ -1312,7 +1312,7 @@ def vllm_rows(r: dict, compute_eff: float) -> list:
          + (f", at most {_max_dev(s2, pub, gains):.0%} from the post's (overlapped: at most "
             f"{_max_dev(v2, pub, gains):.0%})" if same else ""), None),
         ("ch2_vllm_curve_seconds", r["curve_seconds"], "{:.2f} s"),
-        ("ch2_vllm_seconds", r["seconds"], "{:.1f} s"),
+        ("ch2_vllm_seconds", r["seconds"], "{:.2f} s"),
     ]
     if same:
         e1, e2 = est["eff_recompute"], est["eff_tput0"]
