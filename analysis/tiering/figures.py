@@ -312,3 +312,41 @@ def fig_fig10(f):
     plots.legend_below(fig, handles, labels, ncol=2)
     return fig
 
+
+
+def fig_vllm_offload(f: dict):
+    """vLLM's KV offloading connector (blog post of 2026-01-08) against the chapter's models
+    (``f``: :func:`analysis.tiering.chapter.vllm_offload`): left, single-request TTFT over the prompt
+    length, recomputed or loaded from CPU memory; right, throughput of 512-token prefills over the CPU
+    hit rate. Published points as markers (none in another setting); the model's overlap rule solid, the
+    load added to the compute dashed."""
+    fig, (a1, a2) = plots.subplots(1, 2, height=3.3)
+    t, p = f["ttft"], f["tput"]
+    a1.plot(t["prompt_k"], t["recompute_s"], color=plots.PALETTE[0], lw=1.5, label="model: recompute")
+    a1.plot(t["prompt_k"], t["load_ttft_s"], color=plots.PALETTE[1], lw=1.5, label="model: load (overlapped)")
+    a1.plot(t["prompt_k"], t["load_ttft_serial_s"], color=plots.PALETTE[1], lw=1.2, ls="--",
+            label="model: load (added)")
+    a1.plot(t["prompt_k"], t["pub_compute_s"], "o", color=plots.PALETTE[0], ms=5, label="blog: GPU compute")
+    a1.plot(t["prompt_k"], t["pub_load_s"], "s", color=plots.PALETTE[1], ms=5, label="blog: load from CPU")
+    a1.set_yscale("log")
+    a1.set_xlabel("prompt length (K tokens)")
+    a1.set_ylabel("TTFT (s)")
+    a2.plot(p["hit_pct"], p["tokens_per_s"], color=plots.PALETTE[2], lw=1.5,
+            label="model: throughput (overlapped)")
+    a2.plot(p["hit_pct"], p["tokens_per_s_serial"], color=plots.PALETTE[2], lw=1.2, ls="--",
+            label="model: throughput (added)")
+    a2.plot(p["hit_pct"], p["pub_tokens_per_s"], "D", color=plots.PALETTE[2], ms=5,
+            label="blog: with offloading")
+    if np.isfinite(f["pub"]["baseline"]) and p["pub_tokens_per_s"].notna().any():
+        a2.axhline(f["pub"]["baseline"], color=plots.PALETTE[7], lw=1.0, ls=":",
+                   label="blog: without offloading")
+    a2.set_yscale("log")
+    a2.set_yticks([3e4, 5e4, 1e5, 2e5, 4e5])
+    a2.yaxis.set_major_formatter(mticker.FuncFormatter(lambda x, _p: f"{x / 1e3:,.0f}K"))
+    a2.yaxis.set_minor_formatter(mticker.NullFormatter())
+    a2.set_xlabel("CPU hit rate (%)")
+    a2.set_ylabel("prompt tokens/s")
+    for ax in (a1, a2):
+        ax.grid(True, which="major", alpha=0.3)
+    plots.legend_below(fig, ncol=3)
+    return fig
