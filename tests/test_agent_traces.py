@@ -122,3 +122,29 @@ def test_derive_refuses_a_raw_file_that_differs_from_its_registration(tmp_path, 
     with pytest.raises(data.DataError, match="sha256 .* but data/lmcache_agent_traces.csv registers"):
         dt.verified(dt.Source(tmp_path), m)
     assert isinstance(dt.register(dt.Source(tmp_path)), pd.DataFrame)
+
+
+def test_chapter_reads_an_agent_family_as_its_trace_and_compares_every_family():
+    from analysis.tiering import agents, chapter
+    from analysis.tiering.configure import deployment, economics
+    from analysis.tiering.hitcurve import lru_hit_curve
+    from analysis.tiering.params import SCHEMA
+
+    cfg = SCHEMA.config(SCHEMA.defaults())
+    dep = deployment(cfg)
+    econ = economics(cfg, dep)
+    tr = chapter.load("lmcache_taubench", 100)
+    assert tr.n_requests == 100 and tr.name.startswith("lmcache_taubench")
+    assert chapter.cache_ratio("lmcache_taubench", tr, lru_hit_curve(tr))["setting_trace"] is None
+    own = agents.load("lmcache_miniswe")
+    cmp = agents.compare(("lmcache_miniswe", own, lru_hit_curve(own)), dep, econ, ["hbm", "dram", "nvme"])
+    t = cmp["table"]
+    assert t["trace"].tolist() == ["lmcache_miniswe", "lmcache_taubench", "lmcache_magagent"]  # no duplicate
+    assert set(cmp["curves"]) == set(t["trace"])
+    assert (t["hit_hbm"] <= t["cache_ratio"] + 1e-12).all() and (t["hit_3m"] >= t["hit_hbm"] - 1e-12).all()
+    caps, rate = cmp["curves"]["lmcache_taubench"]
+    assert np.all(np.diff(rate) >= -1e-12) and rate[-1] == pytest.approx(t.loc[1, "cache_ratio"])
+    keys = {r[0] for r in agents.glue_rows(t)}
+    assert {f"ch2_agent_{f}_ratio" for f in at.FAMILIES} <= keys
+    with pytest.raises(traces.TraceError, match="not an agent trace"):
+        agents.load("lmcache_nope")

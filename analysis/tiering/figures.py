@@ -312,3 +312,25 @@ def fig_fig10(f):
     plots.legend_below(fig, handles, labels, ncol=2)
     return fig
 
+
+
+def fig_agent_hit_curves(cmp: dict):
+    """Token-weighted LRU hit rate against capacity of the chapter's trace and of each LMCache agent
+    family, with the HBM left for KV on one instance and Mooncake's 3M-token local DRAM (``cmp``:
+    :func:`analysis.tiering.agents.compare`)."""
+    fig, ax = plots.subplots(height=4.0)
+    for i, (name, (caps, rate)) in enumerate(cmp["curves"].items()):
+        ax.plot(caps, rate, color=plots.PALETTE[i], lw=2 if i == 0 else 1.6, ls="-" if i == 0 else "--",
+                label=name)
+    for x, lab in ((cmp["hbm_tok"], "HBM of one instance"), (cmp["local_dram"], "Mooncake: local DRAM 3M")):
+        ax.axvline(x, ls=":", color="k", lw=1)
+        ax.annotate(lab, (x, 0.02), rotation=90, fontsize=plots.SMALL_PT, xytext=(3, 0),
+                    textcoords="offset points")
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(mticker.EngFormatter(sep=""))
+    ax.yaxis.set_major_formatter(mticker.PercentFormatter(1.0))
+    ax.set_xlabel("cache capacity (tokens)")
+    ax.set_ylabel("prefix-cache hit rate (tokens)")
+    ax.set_ylim(0, 1)
+    plots.legend_below(fig, ncol=2)
+    return fig
