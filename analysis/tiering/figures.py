@@ -165,7 +165,9 @@ def fig_writes(wr):
     ax2 = ax.twiny()
     ax2.scatter(ssd["dwpd_used_busy"], lab[ssd.index], color=plots.PALETTE[3], marker="o", label="DWPD used")
     ax2.scatter(ssd["dwpd_rated"], lab[ssd.index], color="k", marker="|", s=200, label="DWPD rated")
-    ax2.set_xscale("log")
+    dwpd = ssd[["dwpd_used_busy", "dwpd_rated"]].to_numpy(dtype=float)
+    if (dwpd > 0).any():  # a small trace may write nothing to any drive: no log axis without data
+        ax2.set_xscale("log")
     ax2.set_xlabel("drive writes per day (per busy instance)")
     ax2.grid(False)
     plots.legend_below(fig, *ax2.get_legend_handles_labels(), ncol=2)
