@@ -141,6 +141,7 @@ def test_chapter_reads_an_agent_family_as_its_trace_and_compares_every_family():
     t = cmp["table"]
     assert t["trace"].tolist() == ["lmcache_miniswe", "lmcache_taubench", "lmcache_magagent"]  # no duplicate
     assert set(cmp["curves"]) == set(t["trace"])
+    assert cmp["curve_seconds"] < 2.0  # issue 32: each curve at most 2 s (these take about 0.03 s)
     assert (t["hit_hbm"] <= t["cache_ratio"] + 1e-12).all() and (t["hit_3m"] >= t["hit_hbm"] - 1e-12).all()
     caps, rate = cmp["curves"]["lmcache_taubench"]
     assert np.all(np.diff(rate) >= -1e-12) and rate[-1] == pytest.approx(t.loc[1, "cache_ratio"])
