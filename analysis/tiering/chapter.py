@@ -12,6 +12,7 @@ import pandas as pd
 
 from .. import claims, data, kv, specs, traces
 from . import admission as adm
+from . import agents
 from . import cluster as cl
 from . import datapath as dpath
 from . import endurance as endu
@@ -35,9 +36,9 @@ def timed_hit_curve(trace):
 
 
 def load(trace: str, trace_requests: int = 0):
-    """The chapter's trace: ``trace`` (registered name or path), its first ``trace_requests`` requests
-    when that is positive."""
-    tr = traces.load_trace(trace)
+    """The chapter's trace: ``trace`` (registered name, path, or an agent family ``lmcache_<family>``
+    from :mod:`analysis.tiering.agents`), its first ``trace_requests`` requests when that is positive."""
+    tr = agents.load(trace) if agents.is_agent(trace) else traces.load_trace(trace)
     return tr.head(trace_requests) if trace_requests else tr
 
 
@@ -68,7 +69,8 @@ def cache_ratio(trace: str, tr, hc) -> dict:
     """Mooncake's Table 2 against this trace: the cache ratio token-weighted (the declared weighting),
     as a mean over requests and block-weighted; the verdicts (declared and mean over requests); the
     table; the trace as recognised."""
-    setting_trace, recognised_by = traces.recognise(trace)
+    setting_trace, recognised_by = ((None, f"{trace}, an agent trace converted from LMCache's (no published "
+                                           f"figure)") if agents.is_agent(trace) else traces.recognise(trace))
     pub = {}
     if setting_trace in TABLE2:
         pub = {k: data.published(f"mooncake_table2_{TABLE2[setting_trace]}_{k}")["value"]

@@ -165,7 +165,9 @@ def fig_writes(wr):
     ax2 = ax.twiny()
     ax2.scatter(ssd["dwpd_used_busy"], lab[ssd.index], color=plots.PALETTE[3], marker="o", label="DWPD used")
     ax2.scatter(ssd["dwpd_rated"], lab[ssd.index], color="k", marker="|", s=200, label="DWPD rated")
-    ax2.set_xscale("log")
+    dwpd = ssd[["dwpd_used_busy", "dwpd_rated"]].to_numpy(dtype=float)
+    if (dwpd > 0).any():  # a small trace may write nothing to any drive: no log axis without data
+        ax2.set_xscale("log")
     ax2.set_xlabel("drive writes per day (per busy instance)")
     ax2.grid(False)
     plots.legend_below(fig, *ax2.get_legend_handles_labels(), ncol=2)
@@ -349,4 +351,23 @@ def fig_vllm_offload(f: dict):
     for ax in (a1, a2):
         ax.grid(True, which="major", alpha=0.3)
     plots.legend_below(fig, ncol=3)
+def fig_agent_hit_curves(cmp: dict):
+    """Token-weighted LRU hit rate against capacity of the chapter's trace and of each LMCache agent
+    family, with the HBM left for KV on one instance and Mooncake's 3M-token local DRAM (``cmp``:
+    :func:`analysis.tiering.agents.compare`)."""
+    fig, ax = plots.subplots(height=4.0)
+    for i, (name, (caps, rate)) in enumerate(cmp["curves"].items()):
+        ax.plot(caps, rate, color=plots.PALETTE[i], lw=2 if i == 0 else 1.6, ls="-" if i == 0 else "--",
+                label=name)
+    for x, lab in ((cmp["hbm_tok"], "HBM of one instance"), (cmp["local_dram"], "Mooncake: local DRAM 3M")):
+        ax.axvline(x, ls=":", color="k", lw=1)
+        ax.annotate(lab, (x, 0.02), rotation=90, fontsize=plots.SMALL_PT, xytext=(3, 0),
+                    textcoords="offset points")
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(mticker.EngFormatter(sep=""))
+    ax.yaxis.set_major_formatter(mticker.PercentFormatter(1.0))
+    ax.set_xlabel("cache capacity (tokens)")
+    ax.set_ylabel("prefix-cache hit rate (tokens)")
+    ax.set_ylim(0, 1)
+    plots.legend_below(fig, ncol=2)
     return fig

@@ -34,7 +34,8 @@ PARAMS = {
     "trace": Param(
         "mooncake_conversation",
         "str",
-        "registered trace name (data/registry.yaml) or path of a Mooncake-format JSONL trace",
+        "registered trace name (data/registry.yaml), path of a Mooncake-format JSONL trace, or an agent "
+        "family converted from LMCache's traces (lmcache_miniswe, lmcache_taubench, lmcache_magagent)",
     ),
     "trace_requests": Param(0, "int", "use only the first N requests (0 = all)", min=0),
     "model": Param("Llama-3.1-70B", "str", "model served by the prefill cluster", choices=model_names),
