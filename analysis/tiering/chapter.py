@@ -9,6 +9,7 @@ from functools import partial
 
 import numpy as np
 import pandas as pd
+from scipy.optimize import brentq
 
 from .. import claims, data, kv, specs, traces
 from . import admission as adm
@@ -1197,8 +1198,6 @@ def vllm_tput_value(model, gpu, compute_eff, chunk_tokens, bytes_per_gb=2**30, o
 def _implied_compute_eff(f, target, lo=0.05, hi=1.0):
     """The compute efficiency at which ``f(eff)`` (monotone in it) equals ``target`` (NaN outside
     ``[lo, hi]``)."""
-    from scipy.optimize import brentq
-
     g = lambda e: f(e) - target  # noqa: E731
     if g(lo) * g(hi) > 0:
         return float("nan")
