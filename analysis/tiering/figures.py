@@ -351,6 +351,9 @@ def fig_vllm_offload(f: dict):
     for ax in (a1, a2):
         ax.grid(True, which="major", alpha=0.3)
     plots.legend_below(fig, ncol=3)
+    return fig
+
+
 def fig_agent_hit_curves(cmp: dict):
     """Token-weighted LRU hit rate against capacity of the chapter's trace and of each LMCache agent
     family, with the HBM left for KV on one instance and Mooncake's 3M-token local DRAM (``cmp``:
