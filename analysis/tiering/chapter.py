@@ -443,6 +443,15 @@ def compare_table(cmp: pd.DataFrame):
         {COMPARE_HEADERS.get(k, k): v for k, v in COMPARE_FORMAT.items()}, na_rep="–").hide(axis="index")
 
 
+BRIEF_COLUMNS = ("label", "hit_rate", "instances", "ttft_p90_s", "busy_usd_per_mtok", "cluster_usd_per_mtok")
+
+
+def compare_table_brief(cmp: pd.DataFrame):
+    """The columns of :func:`compare_table` that chapter 2's argument reads (hit rate, cluster size, p90
+    TTFT, busy and cluster cost); the evidence page shows every column."""
+    return compare_table(cmp[["config", *BRIEF_COLUMNS]])
+
+
 SSD_KEYS = ("nvme", "qlc", "ai_ssd")
 MEMORY_KEYS = ("hbm", "dram", "cxl", "pool")
 SSD_PRICES = ("nvme_usd_per_byte", "qlc_usd_per_byte", "ai_ssd_usd_per_byte")
@@ -1055,13 +1064,17 @@ def fig10(traces_, trace_requests: int, dep, n_instances: int, capacity_mtok: fl
     return {"table": pd.DataFrame(rows), "verdicts": verdicts, "seconds": time.perf_counter() - t0}
 
 
+FIG10_QUANTITIES = ("local_hit", "global_hit", "hit_ratio", "local_prefill_s", "global_prefill_s",
+                    "prefill_ratio")
+
+
 def _fig10_published(name: str) -> dict:
-    """The paper's Figure 10 values for a trace (empty for a trace the paper did not run)."""
+    """The paper's Figure 10 values for a trace; NaN for each quantity of a trace the paper did not run
+    (an agent family, a path): its row is replayed and shown, and its verdict is not testable."""
     key = TABLE2.get(name)
     if not key:
-        return {}
-    return {q: data.published(f"mooncake_fig10_{key}_{q}")["value"] for q in (
-        "local_hit", "global_hit", "hit_ratio", "local_prefill_s", "global_prefill_s", "prefill_ratio")}
+        return {q: float("nan") for q in FIG10_QUANTITIES}
+    return {q: data.published(f"mooncake_fig10_{key}_{q}")["value"] for q in FIG10_QUANTITIES}
 
 
 def fig10_table(f: pd.DataFrame):
@@ -1104,8 +1117,15 @@ def _per_trace(n: dict, fmt) -> str:
     return "; ".join(parts)
 
 
+def _published(x: float, fmt) -> str:
+    """A published Figure 10 value formatted, or a statement that the paper has none for the trace."""
+    return "no published value" if x != x else fmt(x)
+
+
 def _oblivious_text(v: dict) -> str:
     s = v["oblivious_share"]
+    if v.get("pub_local_hit", 0.0) != v.get("pub_local_hit", 0.0):
+        return "not estimable (the paper's Figure 10 has no bars for this trace)"
     if 0 <= s <= 1:
         return f"{s:.0%}"
     return ("not estimable (the paper's local hit rate lies outside the range from random placement to "
@@ -1120,14 +1140,17 @@ def fig10_rows(n: dict, verdicts: dict) -> list:
     verdict_text = "; ".join(f"{FIG10_TRACES.get(k, k)}: {v.label}" for k, v in verdicts.items()) or "none"
     return [
         ("ch2_fig10_global_text", "the pooled capacity reaches " + _per_trace(
-            n, lambda v: f"{pct(v['global_hit'])} against the paper's {pct(v['pub_global_hit'])}") + missing,
+            n, lambda v: f"{pct(v['global_hit'])} against the paper's "
+                         f"{_published(v['pub_global_hit'], pct)}") + missing,
          None),
         ("ch2_fig10_local_text", _per_trace(
-            n, lambda v: f"{pct(v['local_hit'])} against the paper's {pct(v['pub_local_hit'])}"), None),
+            n, lambda v: f"{pct(v['local_hit'])} against the paper's "
+                         f"{_published(v['pub_local_hit'], pct)}"), None),
         ("ch2_fig10_ratio_text", _per_trace(
-            n, lambda v: f"{v['hit_ratio']:.2f}× in hit rate (paper {v['pub_hit_ratio']:.2f}×) and "
+            n, lambda v: f"{v['hit_ratio']:.2f}× in hit rate "
+                         f"(paper {_published(v['pub_hit_ratio'], '{:.2f}×'.format)}) and "
                          f"{v['prefill_ratio']:.2f}× in mean prefill time "
-                         f"(paper {v['pub_prefill_ratio']:.2f}×)"),
+                         f"(paper {_published(v['pub_prefill_ratio'], '{:.2f}×'.format)})"),
          None),
         ("ch2_fig10_verdicts_text", verdict_text, None),
         ("ch2_fig10_prefix_only_text", _per_trace(n, lambda v: pct(v["local_hit_prefix_only"])), None),
