@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.kvbook-installed
 
-.PHONY: book test smoke install unit notebooks clean-cache clean linkcheck bench data lint long long-main agent-traces
+.PHONY: book test smoke install unit notebooks clean-cache clean linkcheck bench data lint long long-main agent-traces aic-side-by-side
 
 $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -87,6 +87,19 @@ long-main: $(STAMP)
 #   make agent-traces AGENT_TRACES=/path/to/lmcache-agent-trace
 agent-traces: $(STAMP)
 	$(BIN)/python -m analysis.derive_traces --source "$(AGENT_TRACES)"
+
+# Issue 27 item 3: AIConfigurator's own estimator on the silicon runs of chapter 3's validation, in its
+# own environment (.aic-venv, requirements-aic.txt); writes results/aic_side_by_side/ (committed, with
+# provenance; chapter 3 reads it and never needs aiconfigurator). About 30 min on 2 shared cores.
+AIC_VENV := .aic-venv
+AIC_ARGS ?= --max-agg 200 --max-disagg 200 --time-budget-s 2700
+$(AIC_VENV)/.installed: requirements-aic.txt
+	@test -x $(AIC_VENV)/bin/python || $(PYTHON) -m venv $(AIC_VENV)
+	$(AIC_VENV)/bin/python -m pip install --quiet -r requirements-aic.txt
+	@touch $@
+
+aic-side-by-side: $(AIC_VENV)/.installed
+	PYTHONPATH=$(CURDIR) $(AIC_VENV)/bin/python -m analysis.disagg.aic_run $(AIC_ARGS)
 
 clean-cache:
 	rm -rf _build/.jupyter_cache .cache

@@ -33,7 +33,8 @@ every import (function-local ones too) and every module name written in a string
    theme), :mod:`.params` (schema registry and validation; imports no module of ``analysis``),
    :mod:`.cache` (on-disk result cache), :mod:`.deps` (what a chapter or cached function depends on:
    the keys of both caches), :mod:`.artifacts` (committed long-run results with provenance),
-   :mod:`.claims` (the one verdict engine), :mod:`.resources` (measured build resources). They import
+   :mod:`.claims` (the one verdict engine), :mod:`.resources` (measured build resources),
+   :mod:`.tasks` (the one dispatcher of sweeps and long runs: here, spawned processes or Dask). They import
    only the data layer and each other: no core model, no chapter, no tool.
 3. **core models**, shared by the chapters: :mod:`.kv`, :mod:`.roofline` (the roofline primitive and
    Mooncake's closed form as the paper writes it), :mod:`.forward` (the one time model of every

@@ -8,13 +8,16 @@ modules of ``analysis`` that ``compute`` depends on (the module defining it and 
 refers to, with their transitive imports and the data files they read; :mod:`analysis.deps`), so
 a change to that code recomputes, an unchanged rebuild reuses, and an edit elsewhere in the package
 (another chapter's subpackage) does not invalidate it; ``code=`` may also name the modules. Writes
-are atomic (temporary file, then rename): an interrupted run never leaves a half-written entry.
+are atomic (temporary file, then rename): an interrupted run never leaves a half-written entry. One
+process at a time computes a given key (a lock file beside the entry): a second process asking for it
+meanwhile waits and reads the first one's result instead of computing it again.
 ``@disk_cache`` wraps a function whose arguments are JSON-serialisable (numpy scalars and arrays
 included).
 """
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import functools
 import hashlib
 import inspect
@@ -101,14 +104,43 @@ def cached(namespace: str, inputs, compute=None, *, code=True, enabled: bool | N
         return compute()
     k = key(namespace, inputs, code=code, compute=compute)
     path = cache_dir() / namespace / f"{k}.pkl"
-    if path.is_file():
-        try:
-            with open(path, "rb") as fh:
-                return pickle.load(fh)
-        except Exception:  # corrupt entry (e.g. disk full earlier): recompute and overwrite
-            path.unlink(missing_ok=True)
-    value = compute()
+    value = _load(path)
+    if value is not _MISSING:
+        return value
+    # One process computes a key at a time: the book's pages execute in parallel, and a chapter and its
+    # evidence page may ask for the same result; the second waits for the first and reads its entry.
+    # The lock (flock) is released when its holder ends, however it ends; its file is removed once the
+    # entry is written (a process that opens the lock file later finds the entry first).
     path.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = path.parent / f".{k}.lock"
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            value = _load(path)
+            if value is _MISSING:
+                value = compute()
+                _store(path, value)
+        finally:
+            lock_path.unlink(missing_ok=True)
+    return value
+
+
+_MISSING = object()
+
+
+def _load(path: Path):
+    """The entry at ``path``, or ``_MISSING`` (none, or a corrupt one, which is removed)."""
+    if not path.is_file():
+        return _MISSING
+    try:
+        with open(path, "rb") as fh:
+            return pickle.load(fh)
+    except Exception:  # corrupt entry (e.g. disk full earlier): recompute and overwrite
+        path.unlink(missing_ok=True)
+        return _MISSING
+
+
+def _store(path: Path, value) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".pkl")
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -117,7 +149,6 @@ def cached(namespace: str, inputs, compute=None, *, code=True, enabled: bool | N
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return value
 
 
 def disk_cache(namespace: str, *, code=True):

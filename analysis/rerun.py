@@ -43,7 +43,6 @@ import fcntl
 import hashlib
 import itertools
 import json
-import multiprocessing as mp
 import os
 import shutil
 import signal
@@ -54,8 +53,6 @@ import tempfile
 import time
 import traceback
 import uuid
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures import as_completed as cf_completed
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -66,6 +63,7 @@ from tqdm.auto import tqdm
 from . import chapters as _chapters
 from . import deps
 from . import params as _params
+from . import tasks as tasks_mod
 from .artifacts import atomic_write
 from .report import glued_values
 
@@ -474,30 +472,9 @@ def run_sweep(file, *, jobs: int = 2, out_root=DEFAULT_OUT, dask: str | None = N
         _write_results(rows, order, out_dir)
         bar.update()
 
-    if dask:
-        from distributed import Client, as_completed  # optional heavy dependency
-
-        with Client(dask) as client:
-            futures = client.map(_execute_star, tasks, pure=False)
-            task_of = {f.key: t for f, t in zip(futures, tasks)}
-            for fut in as_completed(futures):
-                done(task_of[fut.key], fut.result)
-    elif jobs <= 1:
-        for t in tasks:
-            done(t, lambda t=t: _execute_star(t))
-    else:
-        ctx = mp.get_context("spawn")
-        stop = ctx.Event()
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_init,
-                                 initargs=(stop,)) as pool:
-            futs = {pool.submit(_execute_star, t): t for t in tasks}
-            try:
-                for fut in cf_completed(futs):
-                    done(futs[fut], fut.result)
-            except BaseException:  # Ctrl-C: no other run starts; the running ones stop
-                stop.set()
-                pool.shutdown(wait=True, cancel_futures=True)
-                raise
+    stop = tasks_mod.spawn_context().Event() if jobs > 1 and not dask else None
+    tasks_mod.run_tasks(_execute_star, tasks, done, jobs=jobs, dask=dask, initializer=_worker_init,
+                        initargs=(stop,), stop=stop)
     bar.close()
     df = _write_results(rows, order, out_dir)
     summary["removed_after"] = clean_partials(out_dir)

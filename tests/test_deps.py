@@ -97,7 +97,8 @@ def test_static_closure_covers_the_modules_a_page_loads(page):
     assert out.returncode == 0, out.stderr[-2000:]
     loaded = set(json.loads(out.stdout.strip().splitlines()[-1]))
     static = set(deps.chapter_deps(path)["modules"])
-    assert "analysis.report" in loaded or path.stem == "intro"  # the front page only draws a figure
+    # the probe loaded the page's modules (the front page only draws a figure)
+    assert {"analysis.report", "analysis.tables"} & loaded or path.stem == "intro"
     assert loaded <= static, f"imported but not in the key: {sorted(loaded - static)}"
 
 
@@ -174,10 +175,13 @@ def test_function_modules_of_notebook_lambdas_and_closures():
 def test_committed_results_a_chapter_reads_are_in_its_key():
     """Chapter 4 reads committed long-run artifacts and the frozen tuned settings (results/): they are
     data dependencies of its key (issue 13 keyed the whole cache on results/; here, per chapter)."""
-    arts = sorted(p.parent.name for p in (REPO / "results").glob("*/provenance.json"))
+    arts = sorted(p.parent.name for p in (REPO / "results").glob("qevict*/provenance.json"))
     assert arts, "no committed artifact to check with"
     pages = _pages_depending_on(f"results/{arts[0]}/provenance.json")
     assert "04_qevict" in pages and "01_kv_footprint" not in pages and "03_disagg" not in pages
+    # chapter 3 reads AIConfigurator's side-by-side artifact by name (issue 27 item 3); chapter 1 reads none
+    aic = _pages_depending_on("results/aic_side_by_side/rows.csv")
+    assert "03_disagg" in aic and "01_kv_footprint" not in aic
     table = next(p for p in (REPO / "results" / arts[0]).glob("*.csv"))
     assert "04_qevict" in _pages_depending_on(table.relative_to(REPO).as_posix())
     assert "04_qevict" in _pages_depending_on("results/qevict_tuned.json")

@@ -17,6 +17,7 @@ from analysis import claims, data  # noqa: E402
 from analysis.disagg import chapter, figures, study  # noqa: E402
 
 CHAPTER = Path(__file__).resolve().parent.parent / "book" / "03_disagg.md"
+EVIDENCE = CHAPTER.with_name("03_disagg_evidence.md")  # its evidence page (issue 30 item 1)
 MODES = ["C", "PD", "AF", "3-way", "PDAF"]
 
 
@@ -400,6 +401,9 @@ def test_every_figure_function_draws_from_small_results():
         "fig_disagg_heatmap": figures.fig_disagg_heatmap(
             SWEEP, ["Llama-3.1-8B", "Qwen3-30B-A3B"], [1.0, 100.0], [GPU, study.NPU_SET]
         ),
+        "fig_disagg_heatmap_other": figures.fig_disagg_heatmap_other(
+            SWEEP, ["Llama-3.1-8B", "Qwen3-30B-A3B"], [1.0, 100.0], [GPU, study.NPU_SET]
+        ),
         "fig_disagg_ablation": figures.fig_disagg_ablation(bd, ab, ["a", "b"], [10.0], "x", 0.5, 0.4),
         "fig_disagg_pareto": figures.fig_disagg_pareto(par, "t"),
         "fig_disagg_plans": figures.fig_disagg_plans(cell, 16, "t"),
@@ -408,6 +412,10 @@ def test_every_figure_function_draws_from_small_results():
     assert len(figs["fig_disagg_heatmap"].axes) == 2 * 2 * 2  # two hardware sets x four modes in two columns
     texts = [t.get_text() for t in figs["fig_disagg_heatmap"].axes[0].texts]
     assert texts == ["0.90", "1.40", "1.10", "1.60"]  # PD on the GPU, model x ratio
+    # the evidence page's heatmap: the two modes the chapter's leaves out, one row per hardware set
+    assert len(figs["fig_disagg_heatmap_other"].axes) == 2 * 2
+    other = figs["fig_disagg_heatmap_other"].axes[:2]
+    assert [a.get_title().split(" — ")[0] for a in other] == ["AF", "3-way"]
     for f in figs.values():
         assert isinstance(f, matplotlib.figure.Figure)
         plt.close(f)
@@ -420,15 +428,16 @@ def _code_cells(text):
     return re.findall(r"```\{code-cell\} ipython3\n(.*?)\n```", text, re.S)
 
 
-def test_the_chapter_defines_nothing_and_names_and_captions_every_figure():
-    text = CHAPTER.read_text(encoding="utf-8")
+@pytest.mark.parametrize("page, n_figures", [(CHAPTER, 2), (EVIDENCE, 5)])
+def test_the_chapter_defines_nothing_and_names_and_captions_every_figure(page, n_figures):
+    text = page.read_text(encoding="utf-8")
     cells = _code_cells(text)
     assert cells
     for c in cells:
         assert not re.search(r"^\s*(def|class) |\blambda\b", c, re.M), c[:200]
     plotting = [c for c in cells if "figures.fig_" in c]
     named = re.findall(r"^    name: (fig-[\w-]+)$", text, re.M)
-    assert len(plotting) == len(named) == len(set(named)) == 6
+    assert len(plotting) == len(named) == len(set(named)) == n_figures
     for c in plotting:
         meta = c.split("\n---\n", 1)[0]
         name = re.search(r"name: (fig-[\w-]+)", meta).group(1)
@@ -479,3 +488,22 @@ def test_chapter_verdicts_in_the_ledger_order():
     v = chapter.chapter_verdicts({"a": 1, "b": 2, "c": 3}, {"s3": 4, "dsv3": 5, "order": 6},
                                  {"ms": 7, "ds": 8})
     assert v == [1, 2, 3, 4, 5, 6, 7, 8]
+
+
+def test_edge_table_counts_the_feasible_best_plans_per_mode_and_edge():
+    """The evidence page's grid-edge table: a feasible plan counted once per kind of edge it sits on,
+    infeasible plans left out, the modes in the search's order, the last row the plans per mode."""
+    sweep = pd.DataFrame({"mode": ["PD", "C", "PD", "AF"], "feasible": [True, True, True, False],
+                          "edges": ["D.batch,P.batch,budget", "C.batch", "", "A.batch"]})
+    t = chapter.edge_table(sweep).set_index("grid edge")
+    assert list(t.columns) == ["C", "PD"]  # the search's order (MODES), AF infeasible
+    batch = chapter._edge_words("batch")
+    assert t.loc[batch].to_dict() == {"C": 1, "PD": 1}  # PD's plan on two batch axes counts once
+    assert t.loc["the device budget"].to_dict() == {"C": 0, "PD": 1}
+    assert t.index[0] == batch and t.loc["feasible best plans (all)"].to_dict() == {"C": 1, "PD": 2}
+
+
+def test_the_chapter_and_its_evidence_page_name_different_figures():
+    names = [set(re.findall(r"^    name: (fig-[\w-]+)$", p.read_text(encoding="utf-8"), re.M))
+             for p in (CHAPTER, EVIDENCE)]
+    assert names[0] and names[1] and not names[0] & names[1]  # Sphinx labels are global

@@ -2,7 +2,9 @@
 
 The Dask lost-worker sweep is in tests/test_faults_dask.py, the interrupted book build in
 tests/test_faults_build.py."""
+import functools
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -255,3 +257,32 @@ def test_resume_keeps_current_finished_runs_and_reruns_the_rest(tmp_path, fixtur
     ran.clear()
     rerun.run_sweep(sweep, jobs=1, out_root=tmp_path / "runs", progress=False)  # without --resume: all
     assert sorted(ran) == [1, 2, 3, 4]
+
+
+def _slow_counted(marks: str):
+    """A computation that records each time it runs and takes long enough for a second process to ask."""
+    import time as _t
+
+    with open(marks, "a") as fh:
+        fh.write("x")
+    _t.sleep(1.5)
+    return 7
+
+
+def _ask(cache_dir: str, marks: str):
+    import os as _os
+
+    _os.environ["KVBOOK_CACHE"] = cache_dir
+    return cache.cached("lock", {"n": 1}, functools.partial(_slow_counted, marks), code=False)
+
+
+def test_two_processes_asking_for_one_key_compute_it_once(tmp_path):
+    """A chapter and its evidence page execute in parallel and may ask for the same result: the second
+    waits for the first's entry instead of computing it again; no lock file is left."""
+    marks = tmp_path / "marks"
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(2) as pool:
+        got = pool.starmap(_ask, [(str(tmp_path / "c"), str(marks))] * 2)
+    assert got == [7, 7]
+    assert marks.read_text() == "x"
+    assert [p.name for p in (tmp_path / "c" / "lock").iterdir() if not p.name.endswith(".pkl")] == []

@@ -315,6 +315,9 @@ def _ch3_figures():
     return {"fig_disagg_validation": lambda: figures.fig_disagg_validation(test),
             "fig_disagg_queueing": lambda: figures.fig_disagg_queueing(curve),
             "fig_disagg_heatmap": lambda: figures.fig_disagg_heatmap(
+                SWEEP, ["Llama-3.1-8B", "Qwen3-30B-A3B"], [1.0, 100.0], [GPU, study.NPU_SET],
+                modes=("PD", "PDAF")),
+            "fig_disagg_heatmap_other": lambda: figures.fig_disagg_heatmap_other(
                 SWEEP, ["Llama-3.1-8B", "Qwen3-30B-A3B"], [1.0, 100.0], [GPU, study.NPU_SET]),
             "fig_disagg_ablation": lambda: figures.fig_disagg_ablation(
                 bd, ab, models, [1.0, 10.0, 100.0], "x", 0.5, 0.4),

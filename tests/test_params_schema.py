@@ -93,6 +93,7 @@ def test_a_changed_default_a_missing_or_an_extra_parameter_is_reported():
 NOT_PARAMETERS = {
     ("analysis/disagg/chapter.py", "batch"),  # a plan's batch size
     ("analysis/disagg/figures.py", "batch"),  # a plan unit's batch size
+    ("analysis/disagg/search.py", "tp"),  # a plan unit's tensor-parallel degree (grid_edges)
     ("analysis/compose/chapter.py", "batch"),  # a decode plan's batch size (absent when infeasible)
     ("analysis/qevict/tuning.py", "documents"),  # the tuning cache's inputs
     ("analysis/measured.py", "kv_dtype"),  # an operator's shape (forward.Op), bf16 unless the op says

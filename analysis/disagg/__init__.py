@@ -8,6 +8,9 @@ with a vectorised parallelism search and validation against measured serving run
   distributions) and the best-plan search under SLOs (rate-matched or whole instances, top-k);
 * :mod:`.des`: discrete-event simulation of a plan over a trace (simpy), p90 TTFT/TPOT, re-ranking;
 * :mod:`.validate`: prediction of measured TTFT/TPOT (AIConfigurator silicon runs), calibration split;
+* :mod:`.aic_run`: AIConfigurator's own estimator on the silicon runs (``make aic-side-by-side``, its
+  own environment ``.aic-venv``), committed as ``results/aic_side_by_side``; :mod:`.side_by_side`: its
+  predictions next to the simulator's and the measured runs (reads the artifact only);
 * :mod:`.production`: validation cells against public production figures (StepFun Step-3);
 * :mod:`.verdicts`: the chapter's verdict rules, decided in one place;
 * :mod:`.study`: the chapter's experiments (sweeps, ablation, Pareto fronts, Mooncake cells);

@@ -16,7 +16,7 @@ import pandas as pd
 
 from .. import cache, claims, data, report, specs
 from .. import forward as costs
-from . import devices, study
+from . import des, devices, study
 from . import search as S
 from .validate import summary
 
@@ -101,6 +101,58 @@ def search_values(bench: dict, sweep: pd.DataFrame, val: dict, *, budget_devices
             "ch3_ttft_slo": (ttft_slo_s, "{:g} s"), "ch3_ttft_slo_per_1k": (ttft_slo_s_per_1k_input,
                                                                             "{:g} s"),
             "ch3_sweep_plans": (int(sweep["candidates"].sum()), INT), "ch3_max_pp": (float(pp), "{:g}")}
+
+
+def _edge_kinds(edges: pd.Series) -> dict:
+    """Plans per kind of grid edge (``unit.axis`` codes of :func:`.search.grid_edges`, comma-joined per
+    plan): ``{kind: number of plans}``, a plan counted once per kind."""
+    out: dict = {}
+    for e in edges.fillna(""):
+        kinds = {x.split(".")[-1] for x in str(e).split(",") if x}
+        for k in kinds:
+            out[k] = out.get(k, 0) + 1
+    return out
+
+
+def _edge_words(k: str) -> str:
+    return {"budget": "the device budget", "ovl": "the most overlap micro-batches searched",
+            "m": "the most ping-pong micro-batches searched"}.get(k, f"the {S.EDGE_WORDS.get(k, k)}")
+
+
+def edge_values(sweep: pd.DataFrame) -> dict:
+    """The line saying where the chosen plans sit at an edge of their search grid (a better plan may lie
+    beyond it; each such plan also raised a :class:`.search.GridEdgeWarning`, which the chapter records
+    here instead of printing): the sweep's feasible best plans by kind of edge."""
+    ok = sweep[sweep["feasible"].astype(bool)]
+    kinds = _edge_kinds(ok["edges"])
+    at = int((ok["edges"].fillna("") != "").sum())
+    parts = ", ".join(f"{n:,} at {_edge_words(k)}" for k, n in sorted(kinds.items(), key=lambda x: -x[1]))
+    line = (f"{at:,} of the sweep's {len(ok):,} feasible best plans sit at an edge of their search grid"
+            + (f" ({parts}; a plan may sit at several)" if parts else "") + ".")
+    return {"ch3_grid_edges": line}
+
+
+def edge_table(sweep: pd.DataFrame) -> pd.DataFrame:
+    """The sweep's feasible best plans at each kind of grid edge, per mode (a plan counted once per kind
+    it sits on; the last row: the mode's feasible best plans)."""
+    ok = sweep[sweep["feasible"].astype(bool)]
+    modes = [m for m in S.MODES if m in set(ok["mode"])]
+    counts = {m: _edge_kinds(ok.loc[ok["mode"] == m, "edges"]) for m in modes}
+    kinds = sorted({k for c in counts.values() for k in c},
+                   key=lambda k: -sum(c.get(k, 0) for c in counts.values()))
+    rows = [{"grid edge": _edge_words(k), **{m: counts[m].get(k, 0) for m in modes}} for k in kinds]
+    rows.append({"grid edge": "feasible best plans (all)",
+                 **{m: int((ok["mode"] == m).sum()) for m in modes}})
+    return pd.DataFrame(rows)
+
+
+def prod_edge_values(prod: pd.DataFrame) -> dict:
+    """The grid edges each StepFun decode cell's chosen configuration sits on."""
+    cells = []
+    for _, r in prod.iterrows():
+        e = str(r.get("edges", "") or "")
+        cells.append(f"{r['model']} {r['mode']}: {e.replace(',', ', ') if e else 'inside the grid'}")
+    return {"ch3_prod_edges": "; ".join(cells)}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -677,6 +729,20 @@ def mooncake_table(moon: pd.DataFrame):
         "{:.2f}", subset=cols, na_rep="–").hide(axis="index")
 
 
+def steady_values(tail: pd.DataFrame) -> dict:
+    """How the replays ran to steady state: how many settled (successive windows' p90s within
+    :data:`.des.STEADY_TOL`), the warm-up they discarded and the requests they judged on."""
+    d = tail[tail["feasible"].astype(bool)]
+    if "steady" not in d or not len(d):
+        return {"ch3_des_settled": "none", "ch3_des_requests": "none"}
+    settled = int((d["steady"] == True).sum())  # noqa: E712 (None: a fixed request count)
+    return {"ch3_des_settled": f"{settled:,} of {len(d):,}",
+            "ch3_des_tol": (des.STEADY_TOL, PCT),
+            "ch3_des_requests": (f"{int(d['warmup'].min()):,} to {int(d['warmup'].max()):,} warm-up requests "
+                                 f"discarded, {int(d['measured'].min()):,} to {int(d['measured'].max()):,} "
+                                 "judged")}
+
+
 def tail_values(tail: pd.DataFrame, *, des_top_k, des_load, focus_model) -> dict:
     """The event simulation's re-ranking of each mode's best screened plans."""
     rb = study.reranked_best(tail)
@@ -687,6 +753,7 @@ def tail_values(tail: pd.DataFrame, *, des_top_k, des_load, focus_model) -> dict
     return {"ch3_des_k": (des_top_k, INT), "ch3_des_load": (des_load, PCT), "ch3_des_model": focus_model,
             "ch3_des_plans": (int(tail["feasible"].sum()), INT), "ch3_des_meeting": (int(meets.sum()), INT),
             "ch3_des_wall_max": (float(tail["wall_s"].max()), "{:.1f} s"),
+            **steady_values(tail),
             "ch3_des_nochunk_p90_tpot": (float(nc["p90_tpot_s"].min() * 1e3) if len(nc) else float("nan"),
                                          "{:.0f} ms"),
             "ch3_des_chunk_p90_tpot": (float(tail[tail["mode"] == "C"]["p90_tpot_s"].min() * 1e3),

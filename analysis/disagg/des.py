@@ -25,6 +25,13 @@ one each). Arrivals: a trace's timestamps rescaled to the requested rate (keepin
 seeded Poisson process. Simplifications, stated: a prefill batch is priced at its prompts' mean length;
 a mixed iteration's chunk cost is added to the decode step (its increment at the plan's batch); the
 decode step is priced at the running batch's mean context; memory is the plan's batch cap.
+
+Run length: by default to steady state (:func:`simulate`): windows of requests, each judged once all
+its requests are done while arrivals go on, until two successive windows' p90 TTFT and TPOT agree
+within :data:`STEADY_TOL`; the windows before them are the discarded warm-up. A fixed count of 2,000
+requests (the earlier default) ended before steady state at large scale: for DeepSeek-V3 on H800s
+its p90 TPOT was 31 ms against 42 ms over 100,000 requests
+(``benchmarks/bench_disagg_des_steady.py --long 100000``).
 """
 from __future__ import annotations
 
@@ -44,6 +51,9 @@ from . import search as S
 
 PERCENTILE = 90.0
 MAX_PREFILL_PROMPTS = 64  # prompts in one whole-prompt prefill iteration (chunked=False)
+STEADY_TOL = 0.02         # steady state: successive windows' p90 TTFT and TPOT agree within 2%
+STEADY_MAX = 100_000      # steady state: at most this many requests (the issue's long run)
+MIN_WINDOW = 1_000        # steady state: requests per window, at least
 
 
 @dataclass
@@ -60,6 +70,11 @@ class DESResult:
     rate: float
     sim_seconds: float
     wall_s: float
+    requests: int = 0          # requests simulated (arrived)
+    warmup: int = 0            # first requests discarded from the percentiles (warm-up)
+    measured: int = 0          # requests the percentiles are taken over
+    steady: bool | None = None  # steady-state run: True if the p90s settled, False if the cap came first;
+                                # None for a fixed request count
 
     def judged(self, slo: S.SLO) -> bool:
         """Both 90th percentiles within the SLO."""
@@ -170,7 +185,8 @@ def arrivals(n, rate, *, trace_s=None, seed=0):
 def simulate(plan: S.Plan, model, wl: S.Workload, *, budget: int, rate: float | None = None,
              load: float = 0.9, n_requests: int | None = None, trace_s=None, seed: int = 0,
              slo: S.SLO | None = None, prec: Precision = Precision(), eff: Efficiency = Efficiency(),
-             grid: S.Grid = S.Grid(), instances: dict | None = None, chunked: bool = True) -> DESResult:
+             grid: S.Grid = S.Grid(), instances: dict | None = None, chunked: bool = True,
+             steady: bool | None = None, window: int | None = None, tol: float = STEADY_TOL) -> DESResult:
     """Replay requests through whole instances of ``plan`` (see the module docstring).
 
     ``chunked=False`` runs a colocated (C, AF) plan without chunked prefill, as vLLM did by default:
@@ -179,10 +195,27 @@ def simulate(plan: S.Plan, model, wl: S.Workload, *, budget: int, rate: float | 
     decodes.
 
     ``rate``: arrivals per second (default ``load`` times the capacity of the whole instances at the
-    plan's design point); lengths from ``wl.lengths`` (per request, cycled) or the means;
-    ``n_requests`` defaults to the number of lengths (or 2,000)."""
+    plan's design point); lengths from ``wl.lengths`` (per request, cycled) or the means.
+
+    Run length. ``steady=True`` runs to steady state: requests in windows of ``window`` arrivals
+    (default: the plan's decode slots at ``load``, ``load x instances x batch``, at least
+    :data:`MIN_WINDOW`); each window's p90 TTFT and TPOT are taken once all its requests are done
+    (arrivals go on meanwhile, so no window sees the drain at the end); the run stops at the first
+    window whose two p90s agree with the previous window's within ``tol`` (relative), and judges the
+    plan on those two windows (everything before them is the discarded warm-up). ``n_requests`` then
+    caps the run (default :data:`STEADY_MAX`; a trace's arrivals cap it at the trace's length); a run
+    that reaches the cap first reports ``steady=False`` and judges on every window but the first (on
+    every request if it never completed one).
+    ``steady=False`` replays exactly ``n_requests`` requests (default: the number of lengths) and
+    judges on all of them. The default is steady state, except with per-request lengths or a trace
+    and no ``n_requests`` (a trace is replayed whole). The result reports the requests simulated,
+    discarded and measured."""
     if not plan.feasible:
         raise S.SearchError(f"cannot simulate an infeasible plan: {plan.reason}")
+    if not 0 < tol < 1:
+        raise S.SearchError(f"tol must be a relative tolerance in (0, 1), got {tol!r}")
+    if n_requests is not None and not int(n_requests) >= 1:
+        raise S.SearchError(f"n_requests must be a positive number of requests, got {n_requests!r}")
     t0 = time.perf_counter()
     s = model if isinstance(model, costs.Shape) else costs.shape(model)
     units = {u["unit"]: u for u in plan.units}
@@ -193,7 +226,19 @@ def simulate(plan: S.Plan, model, wl: S.Workload, *, budget: int, rate: float | 
         ins, outs = wl.lengths
     else:
         ins, outs = np.array([wl.input_tokens]), np.array([wl.output_tokens])
-    n = int(n_requests or (len(ins) if wl.lengths is not None else 2000))
+    if steady is None:
+        steady = n_requests is None and wl.lengths is None and trace_s is None
+    if steady:
+        n = int(n_requests or STEADY_MAX)
+        if trace_s is not None:
+            n = min(n, len(trace_s))
+        slots = sum(counts[k] * units[k]["batch"] for k in units if "batch" in units[k])
+        m = int(window or max(MIN_WINDOW, round(slots * rate / max(
+            min(counts[k] * units[k]["rate"] / units[k].get("rho", 1.0) for k in units), 1e-300))))
+        if m < 1:
+            raise S.SearchError(f"window must be a positive number of requests, got {window!r}")
+    else:
+        n = int(n_requests or (len(ins) if wl.lengths is not None else 2000))
     idx = np.arange(n) % len(ins)
     I = np.maximum(np.round(ins[idx] * (1 - wl.prefix_hit)), 1.0)   # computed prompt tokens
     H = np.round(ins[idx] * wl.prefix_hit)                            # cached prompt tokens
@@ -340,6 +385,14 @@ def simulate(plan: S.Plan, model, wl: S.Workload, *, budget: int, rate: float | 
             self.t_pass = _prefill_table(run, self.b, L_lo, L_hi, mean_hit)
             self.decoders = decoders
             self.queue = queue
+            # the exposed transfers, memoised on their exact arguments (fixed lengths repeat them)
+            hit_net, net = wl.hit_bw / eff.link, self.dev["net"]
+            self.x_hit = functools.lru_cache(maxsize=4096)(
+                lambda b, t: float(costs.kv_transfer_exposed(s, prec, eff, seqs=b, tokens=mean_hit, t_pass=t,
+                                                             devices=self.devices, net=hit_net)))
+            self.x_kv = functools.lru_cache(maxsize=4096)(
+                lambda b, L, t: float(costs.kv_transfer_exposed(s, prec, eff, seqs=b, tokens=L + mean_hit,
+                                                                t_pass=t, devices=self.devices, net=net)))
             env.process(self.loop())
 
         def loop(self):
@@ -348,16 +401,12 @@ def simulate(plan: S.Plan, model, wl: S.Workload, *, budget: int, rate: float | 
                     yield queue_event[0]
                 batch = self.queue[:self.b]
                 del self.queue[:self.b]
-                L = float(np.mean(I[batch]))
+                L = float(np.mean(I[batch])) if len(batch) > 1 else Il[batch[0]]
                 t = self.t_pass(len(batch), L)
                 if mean_hit > 0:
-                    t += float(costs.kv_transfer_exposed(s, prec, eff, seqs=len(batch), tokens=mean_hit,
-                                                         t_pass=t, devices=self.devices,
-                                                         net=wl.hit_bw / eff.link))
+                    t += self.x_hit(len(batch), t)
                 yield env.timeout(t)
-                x = float(costs.kv_transfer_exposed(s, prec, eff, seqs=len(batch), tokens=L + mean_hit,
-                                                    t_pass=t, devices=self.devices, net=self.dev["net"]))
-                env.process(self.hand_over(batch, x))
+                env.process(self.hand_over(batch, self.x_kv(len(batch), L, t)))
 
         def hand_over(self, batch, x):
             yield env.timeout(x)
@@ -401,28 +450,77 @@ def simulate(plan: S.Plan, model, wl: S.Workload, *, budget: int, rate: float | 
             route(r)
 
     env.process(source())
-    env.run()
-    for e in engines:  # the iterations after the last routing decision
-        e.advance(np.inf)
+
+    def drain():
+        env.run()
+        for e in engines:  # the iterations after the last routing decision
+            e.advance(np.inf)
+
+    def p90s(lo, hi):
+        tt = first[lo:hi] - arr[lo:hi]
+        multi = O[lo:hi] > 1
+        tp = (done[lo:hi] - first[lo:hi])[multi] / (O[lo:hi][multi] - 1)
+        return (float(np.percentile(tt, PERCENTILE)),
+                float(np.percentile(tp, PERCENTILE)) if multi.any() else 0.0)
+
+    if not steady:
+        drain()
+        lo, hi, arrived, settled = 0, n, n, None
+    else:
+        hi, prev, settled, j = 0, None, False, 0
+        while hi + m <= n:
+            lo, hi = hi, hi + m
+            # run on (arrivals continuing) until every request of the window is done
+            j = max(j, hi - 1)
+            while True:
+                if np.isnan(first[lo:hi]).any() or np.isnan(done[lo:hi]).any():
+                    if j >= n - 1:
+                        drain()
+                        break
+                    j = min(j + max(m // 4, 1), n - 1)
+                    t = float(arr[j])
+                    if t > env.now:
+                        env.run(until=t)
+                    for e in engines:
+                        e.advance(t)
+                    continue
+                break
+            cur = p90s(lo, hi)
+            if prev is not None and all(abs(a - b) <= tol * max(abs(a), abs(b), 1e-300)
+                                        for a, b in zip(cur, prev)):
+                settled = True
+                lo = lo - m
+                break
+            prev = cur
+        if settled:
+            arrived = int(np.searchsorted(arr, env.now, side="left")) if env.now < arr[-1] else n
+            arrived = max(arrived, hi)
+        else:
+            drain()
+            lo, hi, arrived = (m if n > m else 0), n, n  # the first window is the warm-up
     end = max([env.now] + [e.last for e in engines])
-    ttft = first - arr
-    tpot = np.where(O > 1, (done - first) / np.maximum(O - 1, 1), 0.0)
-    p90_ttft = float(np.percentile(ttft, PERCENTILE))
-    p90_tpot = float(np.percentile(tpot[O > 1], PERCENTILE)) if (O > 1).any() else 0.0
-    att = float(np.mean((ttft <= slo.ttft_s) & (tpot <= slo.tpot_s))) if slo else float("nan")
+    ttft = (first - arr)[:hi]
+    tpot = np.where(O > 1, (done - first) / np.maximum(O - 1, 1), 0.0)[:hi]
+    p90_ttft, p90_tpot = p90s(lo, hi)
+    sel = slice(lo, hi)
+    att = (float(np.mean((ttft[sel] <= slo.ttft_s) & (tpot[sel] <= slo.tpot_s))) if slo else float("nan"))
     return DESResult(ttft, tpot, p90_ttft, p90_tpot, att, counts, float(rate), float(end),
-                     time.perf_counter() - t0)
+                     time.perf_counter() - t0, requests=int(arrived), warmup=int(lo), measured=int(hi - lo),
+                     steady=settled)
 
 
 def rerank(mode, model, wl: S.Workload, slo: S.SLO, hardware: dict, *, k: int = 5, budget: int = 64,
            load: float = 0.9, trace_s=None, seed: int = 0, prec: Precision = Precision(),
-           eff: Efficiency = Efficiency(), grid: S.Grid = S.Grid(), chunked: bool = True) -> list:
+           eff: Efficiency = Efficiency(), grid: S.Grid = S.Grid(), chunked: bool = True,
+           n_requests: int | None = None, steady: bool | None = None) -> list:
     """The analytic screen's ``k`` best plans of ``mode``, each replayed by :func:`simulate` at
     ``load`` times its capacity and judged at the 90th percentile: a list of dicts (best analytic
     first) with the plan, its analytic throughput per device (rate-matched pools), the devices of its
     whole instances and the throughput per device they serve in the simulation (``des_tps_device``:
     arrival rate x mean output / devices), the simulated p90 TTFT and TPOT, the SLO attainment and
-    whether both p90s meet the SLO."""
+    whether both p90s meet the SLO. ``n_requests`` and ``steady`` as :func:`simulate` (steady state,
+    or a fixed request count); each row reports ``requests`` simulated, ``warmup`` discarded,
+    ``measured`` and ``steady`` (whether the p90s settled within the cap)."""
     plans = S.top_plans(mode, model, wl, slo, hardware, k=k, budget=budget, prec=prec, eff=eff, grid=grid,
                         enforce_context=False)
     out = []
@@ -431,11 +529,12 @@ def rerank(mode, model, wl: S.Workload, slo: S.SLO, hardware: dict, *, k: int = 
             out.append({"rank": rank, "plan": p, "feasible": False})
             continue
         r = simulate(p, model, wl, budget=budget, load=load, trace_s=trace_s, seed=seed, slo=slo, prec=prec,
-                     eff=eff, grid=grid, chunked=chunked)
+                     eff=eff, grid=grid, chunked=chunked, n_requests=n_requests, steady=steady)
         used = sum(r.instances[u["unit"]] * u["devices"] for u in p.units)
         mean_out = float(np.mean(wl.lengths[1])) if wl.lengths is not None else wl.output_tokens
         out.append({"rank": rank, "plan": p, "feasible": True, "tps_device": p.tokens_per_s_per_device,
                     "devices_used": used, "des_tps_device": r.rate * mean_out / used,
                     "p90_ttft_s": r.p90_ttft_s, "p90_tpot_s": r.p90_tpot_s, "attainment": r.attainment,
-                    "meets_p90": r.judged(slo), "rate": r.rate, "instances": r.instances, "wall_s": r.wall_s})
+                    "meets_p90": r.judged(slo), "rate": r.rate, "instances": r.instances, "wall_s": r.wall_s,
+                    "requests": r.requests, "warmup": r.warmup, "measured": r.measured, "steady": r.steady})
     return out

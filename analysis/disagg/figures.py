@@ -98,6 +98,12 @@ def fig_disagg_heatmap(sweep: pd.DataFrame, models, ratios, hw_sets, modes=("PD"
     return fig
 
 
+def fig_disagg_heatmap_other(sweep: pd.DataFrame, models, ratios, hw_sets, modes=("AF", "3-way")):
+    """The heatmap of :func:`fig_disagg_heatmap` for the modes the chapter's leaves out (its evidence page):
+    AF and 3-way, side by side per hardware set."""
+    return fig_disagg_heatmap(sweep, models, ratios, hw_sets, modes=modes)
+
+
 def fig_disagg_ablation(bd: pd.DataFrame, ab: pd.DataFrame, models, ablation_ratios, ablation_model,
                         rho_sweep: float, rho_abl: float):
     """Best disaggregated speedup against the attention share: the sweep's cells (``bd``) and the

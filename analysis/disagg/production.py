@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import forward as costs
 from ..forward import Efficiency, Precision
 from . import des
 from . import search as S
@@ -41,7 +42,9 @@ def best_decode(model, device, mode: str, wl: S.Workload, *, tpot_slo_s: float, 
 
     Returns ``feasible``, ``tokens_per_s_per_device`` (NaN if nothing meets the SLO), ``tpot_s``,
     ``batch``, ``devices``, ``config`` (the chosen configuration's axes), ``grid_edge`` (the choice
-    sits on the grid's largest size or batch), ``candidates``, and ``tpot_batch1_s`` / ``batch1``:
+    sits on the grid's largest size or batch), ``edges`` (every grid edge it sits on,
+    :func:`analysis.disagg.search.grid_edges`; a :class:`~analysis.disagg.search.GridEdgeWarning`
+    names them), ``candidates``, and ``tpot_batch1_s`` / ``batch1``:
     the fastest TPOT among the feasible configurations with the smallest batch."""
     if mode not in ("D", "AFD"):
         raise S.SearchError(f"mode must be 'D' or 'AFD', got {mode!r}")
@@ -59,7 +62,14 @@ def best_decode(model, device, mode: str, wl: S.Workload, *, tpot_slo_s: float, 
     keys = [k for k in ("size", "tp", "n_a", "n_f", "m", "ovl", "batch", "devices") if k in c]
     one = c["feasible"] & (c["batch"] == np.min(c["batch"][c["feasible"]]))
     j = int(np.flatnonzero(one)[np.argmin(c["tpot"][one])])
-    return {"feasible": True, "tokens_per_s_per_device": float(tps[i]), "tpot_s": float(c["tpot"][i]),
+    moe = bool((model if isinstance(model, costs.Shape) else costs.shape(model)).n_moe)
+    chosen = {"unit": mode, **{k: float(c[k][i]) for k in keys}}
+    edges = S.grid_edges([chosen], g.limited(budget), budget, moe)
+    where = device if isinstance(device, str) else device.get("name", "the device")
+    S.warn_edges(f"the best {mode} decode of {getattr(model, 'name', model)} on {where}", edges,
+                 g.limited(budget), budget)
+    return {"edges": edges,
+            "feasible": True, "tokens_per_s_per_device": float(tps[i]), "tpot_s": float(c["tpot"][i]),
             "batch": float(c["batch"][i]), "devices": float(c["devices"][i]),
             "config": {k: float(c[k][i]) for k in keys},
             "grid_edge": bool(c["devices"][i] >= max(g.sizes) or c["batch"][i] >= max(g.batches)),

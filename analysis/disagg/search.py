@@ -16,10 +16,12 @@ PDAF       PA, PF, DA, DF                              both phases split attenti
 
 Every candidate configuration of a role (devices, TP, DP/EP, batch, micro-batches, chunk size,
 prefill utilisation, device type) is priced at once with numpy; the mode's plan then combines its
-roles' best feasible candidates. Pools are *rate-matched*: a plan's throughput per device is
-``1 / sum(devices per (request/s) of each phase)``, i.e. devices are shared between the phases in
-the proportion their work needs (pools of fractional size; the plan picture scales them to the
-budget). Instances must fit the budget together (one instance of each role at least).
+roles' best feasible candidates (an instance splits into whole data-parallel groups: its devices a
+multiple of its TP degree; the prefill utilisation is searched up to 0.95; a best plan at the top of an
+axis or filling the budget raises a :class:`GridEdgeWarning`). Pools are *rate-matched*: a plan's
+throughput per device is ``1 / sum(devices per (request/s) of each phase)``, i.e. devices are shared
+between the phases in the proportion their work needs (pools of fractional size; the plan picture
+scales them to the budget). Instances must fit the budget together (one instance of each role at least).
 
 Latency model (per request, steady state, open arrivals at the utilisation the plan chooses):
 * C / AF: a fraction ``f = B I / (O K)`` of iterations carry a prefill chunk of ``K`` tokens
@@ -36,6 +38,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
+import warnings
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -52,6 +55,13 @@ ROLES = ("C", "P", "D", "A", "F", "PA", "PF", "DA", "DF")
 
 class SearchError(ValueError):
     """Bad search input (SLO, workload, budget, role hardware)."""
+
+
+class GridEdgeWarning(UserWarning):
+    """The best plan sits at an edge of the search grid (its largest instance size, batch, prefill
+    utilisation, ..., or the device budget): a better plan may lie beyond it. Raised by
+    :func:`best_plan` (and :func:`analysis.disagg.production.best_decode`) with the edges named;
+    :func:`describe_edges` words them."""
 
 
 @dataclass(frozen=True)
@@ -128,13 +138,24 @@ class Grid:
     batches: tuple = _p2(1, 4096)             # decode sequences per instance
     chunks: tuple = _p2(512, 32768)           # chunked-prefill tokens per iteration (C, AF)
     prefill_batches: tuple = (1, 2, 4, 8, 16)  # prompts per prefill pass
-    utilisations: tuple = (0.5, 0.7, 0.85)    # prefill pool utilisation
+    utilisations: tuple = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)  # prefill pool utilisation
+                                              # (searched up to 0.95; a plan at the top is an edge)
     microbatches: tuple = (1, 2, 3)           # ping-pong micro-batches (A/F split)
     overlaps: tuple = (1,)                    # micro-batches overlapping communication with compute
                                               # (C, P, D instances: DeepSeek's two-micro-batch overlap);
                                               # chapter 3 searches (1, 2), see study.gpu_grid
     af_over_scaleup: bool = True              # A/F activations over the scale-up link (NVLink-class
                                               # domain holding both pools) rather than scale-out NICs
+
+    def __post_init__(self):
+        for name in ("sizes", "tps", "batches", "chunks", "prefill_batches", "utilisations", "microbatches",
+                     "overlaps"):
+            v = getattr(self, name)
+            if not (isinstance(v, (tuple, list)) and len(v) > 0):
+                raise SearchError(f"Grid.{name} must be a non-empty tuple of values, got {v!r}")
+        if not all(0 < u < 1 for u in self.utilisations):
+            raise SearchError(f"Grid.utilisations must lie in (0, 1) (a prefill pool at utilisation 1 has "
+                              f"no steady state), got {self.utilisations!r}")
 
     def limited(self, budget: int) -> "Grid":
         sz = tuple(x for x in self.sizes if x <= budget)
@@ -251,12 +272,30 @@ def _finish(out, rate, devices, dollars):
     return out
 
 
+def _divisible(ok, devices, tp, role, name, grid):
+    """``ok`` with the candidates whose ``devices`` do not split into whole data-parallel groups of
+    ``tp`` devices dropped (``dp = devices / tp`` must be a whole number: 5 devices at TP 4 leave one
+    device out of every group). A grid where no candidate of the role divides is a :class:`SearchError`
+    naming the sizes and TP degrees."""
+    div = np.isclose(np.mod(devices, tp), 0.0)
+    if ok.any() and not (ok & div).any():
+        raise SearchError(f"role {role}: no instance size in Grid.sizes {tuple(grid.sizes)} within the "
+                          f"budget splits into whole data-parallel groups of a TP degree in Grid.tps "
+                          f"{tuple(grid.tps)} ({name} / tp must be a whole number); add sizes that are "
+                          "multiples of a TP degree")
+    return ok & div
+
+
 def role_candidates(role, model, wl: Workload, hw, *, prec: Precision, eff: Efficiency, grid: Grid,
                     budget: int):
     """All candidate configurations of one role, priced: a dict of equal-length arrays with
     ``feasible`` (fits in memory, steady state exists), ``ttft`` or ``tpot`` (seconds), ``rate``,
     ``devices``, ``dev_per_rate``, ``usd_per_rate`` and the configuration axes. ``hw`` is a device
-    name (or dict) for single-pool roles and a pair ``(attention, ffn)`` for split units."""
+    name (or dict) for single-pool roles and a pair ``(attention, ffn)`` for split units.
+
+    Data parallelism must divide: a candidate whose instance (attention pool of a split unit) does not
+    split into whole groups of ``tp`` devices (``size / tp`` not a whole number, e.g. 5 devices at TP 4)
+    is skipped; a grid with no dividing candidate raises :class:`SearchError`."""
     s = model if isinstance(model, costs.Shape) else costs.shape(model)
     I, O = float(wl.input_tokens), float(wl.output_tokens)
     ctx = I + O / 2.0
@@ -274,6 +313,7 @@ def role_candidates(role, model, wl: Workload, hw, *, prec: Precision, eff: Effi
         else:
             c = _mesh(size=g.sizes, tp=g.tps, ovl=g.overlaps, batch=g.batches)
         ok = c["tp"] <= c["size"]
+        ok = _divisible(ok, c["size"], c["tp"], role, "size", g)
         # overlap needs communication to hide: only instances larger than one device
         ok &= (c["ovl"] == 1) | (c["size"] > 1)
         c = {k: v[ok] for k, v in c.items()}
@@ -322,6 +362,7 @@ def role_candidates(role, model, wl: Workload, hw, *, prec: Precision, eff: Effi
     else:
         c = _mesh(**base, batch=g.batches)
     ok = (c["tp"] <= c["n_a"]) & (c["n_a"] + c["n_f"] <= budget)
+    ok = _divisible(ok, c["n_a"], c["tp"], role, "n_a", g)
     c = {k: v[ok] for k, v in c.items()}
     n_a, tp, n_f, m = c["n_a"], c["tp"], c["n_f"], c["m"]
     dp = n_a / tp
@@ -535,7 +576,8 @@ def best_plan(mode, model, wl: Workload, slo: SLO, hardware: dict, *, budget: in
 
     ``objective``: ``"device"`` (output tokens/s per device) or ``"dollar"`` (per USD of devices).
     A mode that no candidate can run within the SLOs returns ``Plan(feasible=False, reason=...)``,
-    never a zero throughput."""
+    never a zero throughput. A plan at an edge of ``grid`` (``Plan.edges``, :func:`grid_edges`) raises
+    a :class:`GridEdgeWarning` naming the edges."""
     if mode not in MODES:
         raise SearchError(f"unknown mode {mode!r}; modes: {', '.join(MODES)}")
     if objective not in ("device", "dollar"):
@@ -608,10 +650,13 @@ def best_plan(mode, model, wl: Workload, slo: SLO, hardware: dict, *, budget: in
                     candidates=n_total)
     combos.sort(key=lambda x: x[0])
     if _top:
-        return [_assemble(mode, combo, per_unit, wl, n_total, grid.limited(budget), budget, counts)
-                for _, combo, counts in combos[:_top]]
+        return [_assemble(mode, combo, per_unit, wl, n_total, grid.limited(budget), budget, counts,
+                          bool(s.n_moe)) for _, combo, counts in combos[:_top]]
     _, combo, counts = combos[0]
-    return _assemble(mode, combo, per_unit, wl, n_total, grid.limited(budget), budget, counts)
+    plan = _assemble(mode, combo, per_unit, wl, n_total, grid.limited(budget), budget, counts, bool(s.n_moe))
+    warn_edges(f"the best {mode} plan ({plan.tokens_per_s_per_device:,.4g} tokens/s per device)", plan.edges,
+               grid.limited(budget), budget)
+    return plan
 
 
 def whole_instance_cost(units, budget):
@@ -645,25 +690,68 @@ def top_plans(mode, model, wl: Workload, slo: SLO, hardware: dict, k: int = 5, *
 
 
 EDGE_AXES = {"size": "sizes", "n_a": "sizes", "n_f": "sizes", "tp": "tps", "batch": "batches",
-             "chunk": "chunks", "pbatch": "prefill_batches", "m": "microbatches", "ovl": "overlaps"}
+             "chunk": "chunks", "pbatch": "prefill_batches", "rho": "utilisations", "m": "microbatches",
+             "ovl": "overlaps"}
+# what an edge of each axis means, for warnings and the chapter's line
+EDGE_WORDS = {"size": "largest instance size", "n_a": "largest attention pool", "n_f": "largest FFN pool",
+              "tp": "largest TP degree", "batch": "largest decode batch", "chunk": "largest prefill chunk",
+              "pbatch": "largest prefill batch", "rho": "prefill utilisation cap",
+              "m": "most ping-pong micro-batches", "ovl": "most overlap micro-batches"}
+NOT_SEARCHED = ("m", "ovl")  # single-valued at 1 (no overlap / no ping-pong): an edge all the same
 
 
-def grid_edges(units, grid: Grid, budget: int) -> list:
+def grid_edges(units, grid: Grid, budget: int, moe: bool = True) -> list:
     """``unit.axis`` for every chosen value at the top of its grid axis (a better plan may lie beyond;
-    1-valued axes and the smallest values are not edges worth reporting), and ``budget`` when one
-    instance of every unit together fills the device budget."""
+    single-valued axes the caller fixed and the smallest values are not reported, except overlap and
+    ping-pong micro-batches held at 1, which the default grid does not search: ``unit.ovl`` for an
+    instance with communication to hide (more than one device, with tensor parallelism or, ``moe``,
+    expert parallelism), ``unit.m`` for a split unit), and ``budget`` when one instance of every unit
+    together fills the device budget. The prefill utilisation at its cap is ``unit.rho``."""
     out = []
     for u in units:
         for k, ax in EDGE_AXES.items():
+            if k not in u:
+                continue
             vals = getattr(grid, ax)
-            if k in u and len(vals) > 1 and u[k] >= max(vals):
+            top = max(vals)
+            if len(vals) > 1 and u[k] >= top:
                 out.append(f"{u['unit']}.{k}")
-    if sum(u["devices"] for u in units) >= budget:
+            elif len(vals) == 1 and k in NOT_SEARCHED and top == 1 and (
+                    k == "m" or (u.get("size", 1) > 1 and (moe or u.get("tp", 1) > 1))):
+                out.append(f"{u['unit']}.{k}")
+    if budget is not None and sum(u["devices"] for u in units) >= budget:
         out.append("budget")
     return out
 
 
-def _assemble(mode, combo, per_unit, wl, n_total, grid=None, budget=None, counts=None) -> Plan:
+def describe_edges(edges, grid: Grid, budget: int | None = None) -> str:
+    """Words for :func:`grid_edges`' codes, e.g. ``"D.batch (largest decode batch, 4,096)"``."""
+    out = []
+    for e in edges:
+        if e == "budget":
+            out.append(f"the device budget{f' ({budget:,})' if budget else ''}")
+            continue
+        unit, k = e.split(".")
+        vals = getattr(grid, EDGE_AXES[k])
+        if len(vals) == 1 and k in NOT_SEARCHED:
+            what = "no overlap searched" if k == "ovl" else "no ping-pong micro-batches searched"
+            out.append(f"{unit}.{k} ({what})")
+        else:
+            top = max(vals)
+            out.append(f"{unit}.{k} ({EDGE_WORDS[k]}, {top:,.2f})" if k == "rho"
+                       else f"{unit}.{k} ({EDGE_WORDS[k]}, {top:,.0f})")
+    return "; ".join(out)
+
+
+def warn_edges(what: str, edges, grid: Grid, budget: int | None = None, stacklevel: int = 3) -> None:
+    """A :class:`GridEdgeWarning` naming ``edges`` (nothing when there are none)."""
+    if edges:
+        warnings.warn(GridEdgeWarning(f"{what} sits at the search grid's edge: "
+                                      f"{describe_edges(edges, grid, budget)}; a larger grid may find a "
+                                      "better plan"), stacklevel=stacklevel)
+
+
+def _assemble(mode, combo, per_unit, wl, n_total, grid=None, budget=None, counts=None, moe=True) -> Plan:
     units, dev_cost, usd_cost, ttft, tpot = [], 0.0, 0.0, 0.0, 0.0
     for (unit, roles), i, (_, c) in zip(MODE_UNITS[mode], combo, per_unit):
         u = _pick(c, i)
@@ -685,7 +773,7 @@ def _assemble(mode, combo, per_unit, wl, n_total, grid=None, budget=None, counts
         for u in units:
             u["device_share"] = u["dev_per_rate"] / dev_cost
     O = float(wl.output_tokens)
-    edges = grid_edges(units, grid, budget) if grid is not None else []
+    edges = grid_edges(units, grid, budget, moe) if grid is not None else []
     return Plan(mode, True, "", O / dev_cost, O / usd_cost * 1e3, ttft, tpot, units, n_total, edges,
                 float(wl.input_tokens), O)
 

@@ -45,7 +45,6 @@ import datetime as _dt
 import hashlib
 import importlib
 import json
-import multiprocessing as mp
 import os
 import pickle
 import re
@@ -54,8 +53,6 @@ import socket
 import sys
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures import as_completed as cf_completed
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +60,7 @@ import pandas as pd
 import yaml
 
 from analysis.artifacts import REPO_ROOT, atomic_write, code_hash, results_dir, write_artifact
+from analysis.tasks import run_tasks
 
 from . import longrun
 from .config import policy_config
@@ -339,36 +337,11 @@ def run_entry(run: dict, *, config: str = "sweeps/qevict_long.yaml", jobs: int =
             say(f"[{name}] unit {doc} done in {_fmt(rec['seconds'])}: {len(units)}/{len(docs)} done, "
                 f"{left} remaining; elapsed {_fmt(el)}{eta}")
 
-        if dask:
-            from distributed import Client, as_completed  # optional heavy dependency
+        def workers(client):
+            par_dask[0] = max(1, len(client.scheduler_info().get("workers", {})))
 
-            with Client(dask) as client:
-                par_dask[0] = max(1, len(client.scheduler_info().get("workers", {})))
-                futures = client.map(compute_unit, tasks, pure=False)
-                doc_of = {f.key: t["document"] for f, t in zip(futures, tasks)}
-                try:
-                    for fut in as_completed(futures):
-                        finished(doc_of[fut.key], fut.result)
-                except BaseException:
-                    client.cancel(futures)
-                    raise
-        elif jobs <= 1:
-            for t in tasks:
-                finished(t["document"], lambda t=t: compute_unit(t))
-        else:
-            # spawned, not forked: a process that has run a unit uses OpenMP (numba), and forking it is unsafe
-            pool = ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=mp.get_context("spawn"))
-            futs = {pool.submit(compute_unit, t): t["document"] for t in tasks}
-            try:
-                for fut in cf_completed(futs):
-                    finished(futs[fut], fut.result)
-            except BaseException:  # Ctrl-C or an error: the units in progress stop now, none starts
-                procs = list((getattr(pool, "_processes", None) or {}).values())
-                pool.shutdown(wait=False, cancel_futures=True)
-                for p in procs:
-                    p.terminate()
-                raise
-            pool.shutdown()
+        run_tasks(compute_unit, tasks, lambda t, get: finished(t["document"], get), jobs=jobs, dask=dask,
+                  on_client=workers)
     if failed:
         raise LongRunError(f"{name}: {len(failed)} unit(s) failed ({', '.join(failed)}); the {len(units)} "
                            f"finished are kept in {folder}: the same command computes only the others")
