@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.kvbook-installed
 
-.PHONY: book test smoke install unit notebooks clean-cache clean linkcheck bench data lint long long-main aic-side-by-side crosscheck
+.PHONY: book test smoke install unit notebooks clean-cache clean linkcheck bench data lint long long-main agent-traces aic-side-by-side crosscheck
 
 $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -80,6 +80,13 @@ long: $(STAMP)
 long-main: $(STAMP)
 	$(BIN)/python -m analysis.qevict.longrun_units sweeps/qevict_long.yaml --jobs 2 \
 	  --only qevict_long_main_smollm2 qevict_long_main_gemma
+
+# LMCache's agent traces converted to Mooncake's format (the committed results/lmcache_agent_traces/,
+# chapter 2): needs a checkout, or the git directory, of github.com/LMCache/lmcache-agent-trace at the
+# commit registered in data/lmcache_agent_traces.csv (each file is checked against its sha256):
+#   make agent-traces AGENT_TRACES=/path/to/lmcache-agent-trace
+agent-traces: $(STAMP)
+	$(BIN)/python -m analysis.derive_traces --source "$(AGENT_TRACES)"
 
 # Issue 27 item 3: AIConfigurator's own estimator on the silicon runs of chapter 3's validation, in its
 # own environment (.aic-venv, requirements-aic.txt); writes results/aic_side_by_side/ (committed, with

@@ -47,7 +47,9 @@ every import (function-local ones too) and every module name written in a string
 6. **tools**: :mod:`.build` (``make book``), :mod:`.execute` (the pages run in parallel into the
    execution cache before Sphinx reads them), :mod:`.rerun` (``python -m analysis.rerun``),
    :mod:`.chapters` (which module holds each chapter's schema, by name), :mod:`.glued` (every glued
-   value recorded and compared); ``python -m analysis.data --fetch-all`` (``make data``).
+   value recorded and compared), :mod:`.derive_traces` (LMCache's agent traces, registered in
+   ``data/lmcache_agent_traces.csv``, converted to Mooncake's format into a committed artifact);
+   ``python -m analysis.data --fetch-all`` (``make data``).
 
 Imports sit at the top of each module; a function-local import is kept only for an optional heavy
 dependency (papermill, jupytext, scipy, ...: marked ``# optional heavy dependency``) and in the

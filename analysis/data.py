@@ -269,14 +269,29 @@ def table(name: str, *, provenance: bool = True) -> pd.DataFrame:
     return df
 
 
+@functools.lru_cache(maxsize=4)
+def _published_rows(file: str, mtime_ns: int) -> dict:
+    """key -> row of ``data/published.csv`` at one version of the file, validated once by
+    :func:`table` (a claim's verdict looks up its references at every sensitivity end: re-validating
+    the table each time cost about 0.1 s per lookup)."""
+    df = table("published.csv")
+    rows: dict = {}
+    for rec in df.to_dict("records"):
+        rows.setdefault(rec["key"], rec)  # the first row of a key, as before
+    return rows
+
+
 def published(key: str) -> dict:
     """A published figure from ``data/published.csv`` (the claims' own numbers), as a dict with
     ``value`` (float, in ``unit``), ``unit``, ``claim``, ``source`` and ``date``."""
-    df = table("published.csv")
-    hit = df[df["key"] == key]
-    if hit.empty:
-        raise DataError(f"no published figure {key!r} in data/published.csv; keys: {', '.join(df['key'])}")
-    row = hit.iloc[0].to_dict()
+    file = DATA_DIR / "published.csv"
+    _trace_read("data/published.csv")
+    if not file.is_file():
+        table("published.csv")  # raises the message that says how to restore it
+    rows = _published_rows(str(file), file.stat().st_mtime_ns)
+    if key not in rows:
+        raise DataError(f"no published figure {key!r} in data/published.csv; keys: {', '.join(rows)}")
+    row = dict(rows[key])
     row["value"] = float(row["value"])
     return row
 

@@ -10,6 +10,7 @@ import yaml
 
 BOOK = Path(__file__).resolve().parent.parent / "book"
 CHAPTERS = {"01_kv_footprint.md": "analysis.kv_figures", "02_ssd_offload.md": "analysis.tiering.figures",
+            "02_ssd_offload_evidence.md": "analysis.tiering.figures",
             "03_disagg.md": "analysis.disagg.figures",
             "03_disagg_evidence.md": "analysis.disagg.figures", "04_qevict.md": "analysis.qevict.figures",
             "04_qevict_evidence.md": "analysis.qevict.figures",

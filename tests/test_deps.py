@@ -37,7 +37,7 @@ def test_qevict_policies_invalidates_chapters_4_and_5_only():
 
 
 def test_tiering_invalidates_chapters_2_and_5_only():
-    pages = {"02_ssd_offload", "05_where_kv_lives", "intro"}
+    pages = {"02_ssd_offload", "02_ssd_offload_evidence", "05_where_kv_lives", "intro"}
     assert _pages_depending_on("analysis/tiering/replay.py") == pages
 
 

@@ -235,6 +235,7 @@ def _known(specs, name):
 
 
 def _ch2_figures():
+    from analysis.tiering import agents as A
     from analysis.tiering import chapter as C
     from analysis.tiering import figures as F
     from analysis.tiering import replay as R
@@ -275,7 +276,11 @@ def _ch2_figures():
                                                              [0.1, 0.3, 0.58, 1.0, 3.0, 10.0]),
             "fig_tornado": lambda: F.fig_tornado(torn, 1.1, "nvme"),
             "fig_fig10": lambda: F.fig_fig10(C.fig10(["mooncake_conversation"], 400, d, 4, 0.05, 1.0, 2,
-                                                     own=("mooncake_conversation", tr, hc))["table"])}
+                                                     own=("mooncake_conversation", tr, hc))["table"]),
+            "fig_vllm_offload": lambda: F.fig_vllm_offload(
+                C.vllm_offload("Llama-3.1-8B", "H100-SXM5-80GB", 0.5, 8192)),
+            "fig_agent_hit_curves": lambda: F.fig_agent_hit_curves(
+                A.compare(("mooncake_conversation", tr, hc), d, econ, ["hbm", "dram", "nvme"]))}
 
 
 # ------------------------------------------------------------------------------------------ chapter 3

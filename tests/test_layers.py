@@ -51,7 +51,8 @@ LAYERS = [
         "analysis.tiering": "chapter 2", "analysis.disagg": "chapter 3", "analysis.qevict": "chapter 4"}),
     ("composition", True, {"analysis.compose": "chapter 5"}),
     ("tools", True, {m: m for m in (
-        "analysis.build", "analysis.execute", "analysis.rerun", "analysis.chapters", "analysis.glued")}),
+        "analysis.build", "analysis.execute", "analysis.rerun", "analysis.chapters", "analysis.glued",
+        "analysis.derive_traces")}),
 ]
 # modules that import no other module of ``analysis``
 STANDALONE = {"analysis.params"}

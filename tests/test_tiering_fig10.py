@@ -101,6 +101,27 @@ def test_chapter_fig10_rows_and_missing_trace(dep, monkeypatch):
         assert 0 <= c["oblivious_share"] <= 1
 
 
+def test_a_trace_without_published_fig10_bars_is_replayed_and_not_testable(dep):
+    """A trace of fig10_traces that the paper did not run (an agent family, a path) alone: its replay is
+    shown, its verdict is not testable, and the prose says the paper has no value (this raised
+    KeyError 'pub_global_hit' before)."""
+    from analysis.tiering import figures
+
+    tr = from_requests(random_requests(3, n_req=200), name="r")
+    hc = lru_hit_curve(tr)
+    f = chapter.fig10(["lmcache_miniswe"], 0, dep, 3, 8 * tr.block_size / 1e6, 1.0, 2,
+                      own=("lmcache_miniswe", tr, hc))
+    v = f["verdicts"]["lmcache_miniswe"]
+    assert v.verdict == claims.NOT_TESTABLE and "no published figure" in v.label
+    n = chapter.fig10_numbers(f["table"])
+    assert np.isfinite(n["lmcache_miniswe"]["hit_ratio"]) and np.isnan(n["lmcache_miniswe"]["pub_hit_ratio"])
+    rows = dict((k, t) for k, t, _ in chapter.fig10_rows(n, f["verdicts"]))
+    assert "no published value" in rows["ch2_fig10_global_text"]
+    assert "no published value" in rows["ch2_fig10_ratio_text"] and "nan" not in rows["ch2_fig10_ratio_text"]
+    assert "no bars" in rows["ch2_fig10_oblivious_text"]
+    figures.fig_fig10(f["table"])  # draws the replay's bars without the paper's
+
+
 def test_published_fig10_bars_agree_with_printed_ratios():
     """The bars read from the PDF's vector paths reproduce the ratios printed above them."""
     for k in ("conversation", "toolagent", "synthetic"):

@@ -9,9 +9,11 @@ from functools import partial
 
 import numpy as np
 import pandas as pd
+from scipy.optimize import brentq
 
 from .. import claims, data, kv, specs, traces
 from . import admission as adm
+from . import agents
 from . import cluster as cl
 from . import datapath as dpath
 from . import endurance as endu
@@ -35,9 +37,9 @@ def timed_hit_curve(trace):
 
 
 def load(trace: str, trace_requests: int = 0):
-    """The chapter's trace: ``trace`` (registered name or path), its first ``trace_requests`` requests
-    when that is positive."""
-    tr = traces.load_trace(trace)
+    """The chapter's trace: ``trace`` (registered name, path, or an agent family ``lmcache_<family>``
+    from :mod:`analysis.tiering.agents`), its first ``trace_requests`` requests when that is positive."""
+    tr = agents.load(trace) if agents.is_agent(trace) else traces.load_trace(trace)
     return tr.head(trace_requests) if trace_requests else tr
 
 
@@ -68,7 +70,8 @@ def cache_ratio(trace: str, tr, hc) -> dict:
     """Mooncake's Table 2 against this trace: the cache ratio token-weighted (the declared weighting),
     as a mean over requests and block-weighted; the verdicts (declared and mean over requests); the
     table; the trace as recognised."""
-    setting_trace, recognised_by = traces.recognise(trace)
+    setting_trace, recognised_by = ((None, f"{trace}, an agent trace converted from LMCache's (no published "
+                                           f"figure)") if agents.is_agent(trace) else traces.recognise(trace))
     pub = {}
     if setting_trace in TABLE2:
         pub = {k: data.published(f"mooncake_table2_{TABLE2[setting_trace]}_{k}")["value"]
@@ -438,6 +441,15 @@ def compare_table(cmp: pd.DataFrame):
     en dash marks a value not computed for the row."""
     return cmp.drop(columns=["config"]).rename(columns=COMPARE_HEADERS).style.format(
         {COMPARE_HEADERS.get(k, k): v for k, v in COMPARE_FORMAT.items()}, na_rep="–").hide(axis="index")
+
+
+BRIEF_COLUMNS = ("label", "hit_rate", "instances", "ttft_p90_s", "busy_usd_per_mtok", "cluster_usd_per_mtok")
+
+
+def compare_table_brief(cmp: pd.DataFrame):
+    """The columns of :func:`compare_table` that chapter 2's argument reads (hit rate, cluster size, p90
+    TTFT, busy and cluster cost); the evidence page shows every column."""
+    return compare_table(cmp[["config", *BRIEF_COLUMNS]])
 
 
 SSD_KEYS = ("nvme", "qlc", "ai_ssd")
@@ -1052,13 +1064,17 @@ def fig10(traces_, trace_requests: int, dep, n_instances: int, capacity_mtok: fl
     return {"table": pd.DataFrame(rows), "verdicts": verdicts, "seconds": time.perf_counter() - t0}
 
 
+FIG10_QUANTITIES = ("local_hit", "global_hit", "hit_ratio", "local_prefill_s", "global_prefill_s",
+                    "prefill_ratio")
+
+
 def _fig10_published(name: str) -> dict:
-    """The paper's Figure 10 values for a trace (empty for a trace the paper did not run)."""
+    """The paper's Figure 10 values for a trace; NaN for each quantity of a trace the paper did not run
+    (an agent family, a path): its row is replayed and shown, and its verdict is not testable."""
     key = TABLE2.get(name)
     if not key:
-        return {}
-    return {q: data.published(f"mooncake_fig10_{key}_{q}")["value"] for q in (
-        "local_hit", "global_hit", "hit_ratio", "local_prefill_s", "global_prefill_s", "prefill_ratio")}
+        return {q: float("nan") for q in FIG10_QUANTITIES}
+    return {q: data.published(f"mooncake_fig10_{key}_{q}")["value"] for q in FIG10_QUANTITIES}
 
 
 def fig10_table(f: pd.DataFrame):
@@ -1101,8 +1117,15 @@ def _per_trace(n: dict, fmt) -> str:
     return "; ".join(parts)
 
 
+def _published(x: float, fmt) -> str:
+    """A published Figure 10 value formatted, or a statement that the paper has none for the trace."""
+    return "no published value" if x != x else fmt(x)
+
+
 def _oblivious_text(v: dict) -> str:
     s = v["oblivious_share"]
+    if v.get("pub_local_hit", 0.0) != v.get("pub_local_hit", 0.0):
+        return "not estimable (the paper's Figure 10 has no bars for this trace)"
     if 0 <= s <= 1:
         return f"{s:.0%}"
     return ("not estimable (the paper's local hit rate lies outside the range from random placement to "
@@ -1117,14 +1140,17 @@ def fig10_rows(n: dict, verdicts: dict) -> list:
     verdict_text = "; ".join(f"{FIG10_TRACES.get(k, k)}: {v.label}" for k, v in verdicts.items()) or "none"
     return [
         ("ch2_fig10_global_text", "the pooled capacity reaches " + _per_trace(
-            n, lambda v: f"{pct(v['global_hit'])} against the paper's {pct(v['pub_global_hit'])}") + missing,
+            n, lambda v: f"{pct(v['global_hit'])} against the paper's "
+                         f"{_published(v['pub_global_hit'], pct)}") + missing,
          None),
         ("ch2_fig10_local_text", _per_trace(
-            n, lambda v: f"{pct(v['local_hit'])} against the paper's {pct(v['pub_local_hit'])}"), None),
+            n, lambda v: f"{pct(v['local_hit'])} against the paper's "
+                         f"{_published(v['pub_local_hit'], pct)}"), None),
         ("ch2_fig10_ratio_text", _per_trace(
-            n, lambda v: f"{v['hit_ratio']:.2f}× in hit rate (paper {v['pub_hit_ratio']:.2f}×) and "
+            n, lambda v: f"{v['hit_ratio']:.2f}× in hit rate "
+                         f"(paper {_published(v['pub_hit_ratio'], '{:.2f}×'.format)}) and "
                          f"{v['prefill_ratio']:.2f}× in mean prefill time "
-                         f"(paper {v['pub_prefill_ratio']:.2f}×)"),
+                         f"(paper {_published(v['pub_prefill_ratio'], '{:.2f}×'.format)})"),
          None),
         ("ch2_fig10_verdicts_text", verdict_text, None),
         ("ch2_fig10_prefix_only_text", _per_trace(n, lambda v: pct(v["local_hit_prefix_only"])), None),
@@ -1132,3 +1158,203 @@ def fig10_rows(n: dict, verdicts: dict) -> list:
         ("ch2_fig10_random_text", _per_trace(n, lambda v: pct(v["local_hit_random"])), None),
         ("ch2_fig10_oblivious_text", _per_trace(n, _oblivious_text), None),
     ]
+
+
+# ------------------------------------------------------------------ vLLM's KV offloading connector
+# The blog post of 2026-01-08 (vllm-project.github.io): Fig. 1's prompt lengths (K tokens), Fig. 2's CPU
+# hit rates (%) and its prompt; their published points are rows of data/published.csv.
+VLLM_PROMPTS_K = (1, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100)
+VLLM_HIT_PCT = (0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100)
+VLLM_GAINS_PCT = (50, 90, 100)
+VLLM_BLOCK_TOKENS = 16  # the post's GPU and CPU block size (its "Evaluation Setup")
+
+
+def vllm_published() -> dict:
+    """The post's published setup and points (data/published.csv): Fig. 1's TTFTs (s) per prompt
+    length, Fig. 2's throughputs (tokens/s) per hit rate and the baseline without offloading, the gains
+    over the 0% point, the DMA bandwidth (as printed, GB/s), the prompt of Fig. 2 and the setting
+    (model, gpu) the figures belong to."""
+    p = data.published
+    ref = claims.rule("ch2_vllm_offload_ttft")["components"][0]["reference"]["setting"]
+    return {
+        "compute_s": np.array([p(f"vllm_offload_fig1_compute_ms_{k}k")["value"]
+                               for k in VLLM_PROMPTS_K]) / 1e3,
+        "load_s": np.array([p(f"vllm_offload_fig1_load_ms_{k}k")["value"] for k in VLLM_PROMPTS_K]) / 1e3,
+        "speedup_min": p("vllm_offload_ttft_speedup_min")["value"],
+        "speedup_max": p("vllm_offload_ttft_speedup_max")["value"],
+        "tput": np.array([p(f"vllm_offload_fig2_tput_h{h}")["value"] for h in VLLM_HIT_PCT], dtype=float),
+        "baseline": p("vllm_offload_fig2_tput_baseline")["value"],
+        "gains": {h: p(f"vllm_offload_fig2_gain_h{h}")["value"] for h in VLLM_GAINS_PCT},
+        "dma_gb_s": p("vllm_offload_dma_h2d_gb_s_2mb")["value"],
+        "prompt_tokens": p("vllm_offload_fig2_prompt_tokens")["value"],
+        "block_mb": p("vllm_offload_block_mb")["value"],
+        "setting": dict(ref)}
+
+
+def vllm_ttft_value(model, gpu, compute_eff, bytes_per_gb=2**30, tokens_per_k=1000, overlap=True, pub=None):
+    """The model's Fig. 1 at the post's prompt lengths (:func:`analysis.tiering.loadcompute.cpu_hit_ttft`,
+    the post's DMA bandwidth) and the components of ``ch2_vllm_offload_ttft``."""
+    pub = pub or vllm_published()
+    r = lc.cpu_hit_ttft(model, gpu, np.array(VLLM_PROMPTS_K, dtype=float) * tokens_per_k,
+                        pub["dma_gb_s"] * bytes_per_gb, block_tokens=VLLM_BLOCK_TOKENS,
+                        compute_eff=compute_eff, overlap=overlap)
+    comps = {"speed-up at 1K tokens": float(r["speedup"][0]),
+             "speed-up at 100K tokens": float(r["speedup"][-1]),
+             "recompute TTFT at 100K tokens": float(r["recompute_s"][-1]),
+             "CPU-load TTFT at 100K tokens": float(r["load_ttft_s"][-1])}
+    return r, comps
+
+
+def vllm_tput_value(model, gpu, compute_eff, chunk_tokens, bytes_per_gb=2**30, overlap=True, pub=None):
+    """The model's Fig. 2 at the post's hit rates (:func:`analysis.tiering.loadcompute.offload_throughput`)
+    and the components of ``ch2_vllm_offload_throughput``."""
+    pub = pub or vllm_published()
+    r = lc.offload_throughput(model, gpu, pub["prompt_tokens"], np.array(VLLM_HIT_PCT) / 100.0,
+                              pub["dma_gb_s"] * bytes_per_gb, chunk_tokens=chunk_tokens,
+                              block_tokens=VLLM_BLOCK_TOKENS, compute_eff=compute_eff, overlap=overlap)
+    t = r["tokens_per_s"]
+    comps = {"throughput at 0% hits": float(t[0])}
+    comps |= {f"gain at {h}% hits": float(t[VLLM_HIT_PCT.index(h)] / t[0]) for h in VLLM_GAINS_PCT}
+    return r, comps
+
+
+def _implied_compute_eff(f, target, lo=0.05, hi=1.0):
+    """The compute efficiency at which ``f(eff)`` (monotone in it) equals ``target`` (NaN outside
+    ``[lo, hi]``)."""
+    g = lambda e: f(e) - target  # noqa: E731
+    if g(lo) * g(hi) > 0:
+        return float("nan")
+    return float(brentq(g, lo, hi, xtol=1e-4))
+
+
+def vllm_offload(model: str, gpu: str, compute_eff: float, chunk_tokens: int) -> dict:
+    """vLLM's KV offloading connector (blog post of 2026-01-08) against this chapter's models on
+    ``model`` and one ``gpu``: Fig. 1 (single-request TTFT, CPU loads against recompute, over prompt
+    lengths) and Fig. 2 (throughput of 512-token prefills over the CPU hit rate), each curve with the
+    replay's overlap rule and with the load added to the compute (the missing effect's size); the
+    verdicts of ``ch2_vllm_offload_ttft`` and ``ch2_vllm_offload_throughput`` (another model or GPU
+    than the post's: not testable); and estimates of what the model misses from the published points:
+    the compute efficiency the measured recompute and 0% throughput imply, and a line fitted to the
+    published CPU-load TTFTs (its slope as an effective copy bandwidth, its intercept a fixed time per
+    request)."""
+    t0 = time.perf_counter()
+    pub = vllm_published()
+    same = (model, gpu) == (pub["setting"].get("model"), pub["setting"].get("gpu"))
+    setting = {"model": model, "gpu": gpu}
+    t1 = time.perf_counter()
+    r1, v1 = vllm_ttft_value(model, gpu, compute_eff, pub=pub)
+    r1s, v1s = vllm_ttft_value(model, gpu, compute_eff, overlap=False, pub=pub)
+    r2, v2 = vllm_tput_value(model, gpu, compute_eff, chunk_tokens, pub=pub)
+    r2s, v2s = vllm_tput_value(model, gpu, compute_eff, chunk_tokens, overlap=False, pub=pub)
+    curve_s = time.perf_counter() - t1
+
+    def re1(name, val):
+        kw = {"compute_eff": compute_eff}
+        names = {"compute_eff": "compute_eff", "bytes per GB": "bytes_per_gb", "tokens per K": "tokens_per_k"}
+        kw[names[name]] = float(val)
+        return vllm_ttft_value(model, gpu, pub=pub, **kw)[1]
+
+
+    def re2(name, val):
+        kw = {"compute_eff": compute_eff, "chunk_tokens": chunk_tokens}
+        names = {"compute_eff": "compute_eff", "bytes per GB": "bytes_per_gb", "chunk_tokens": "chunk_tokens"}
+        key = names[name]
+        kw[key] = int(val) if key == "chunk_tokens" else float(val)
+        return vllm_tput_value(model, gpu, pub=pub, **kw)[1]
+
+    verdicts = {"ttft": claims.evaluate("ch2_vllm_offload_ttft", v1, setting, recompute=re1),
+                "throughput": claims.evaluate("ch2_vllm_offload_throughput", v2, setting, recompute=re2)}
+    nan = np.full(len(VLLM_PROMPTS_K), np.nan)
+    ttft = pd.DataFrame({"prompt_k": VLLM_PROMPTS_K, "pub_compute_s": pub["compute_s"] if same else nan,
+                         "pub_load_s": pub["load_s"] if same else nan, "recompute_s": r1["recompute_s"],
+                         "load_ttft_s": r1["load_ttft_s"], "load_ttft_serial_s": r1s["load_ttft_s"]})
+    nan = np.full(len(VLLM_HIT_PCT), np.nan)
+    tput = pd.DataFrame({"hit_pct": VLLM_HIT_PCT, "pub_tokens_per_s": pub["tput"] if same else nan,
+                         "tokens_per_s": r2["tokens_per_s"], "tokens_per_s_serial": r2s["tokens_per_s"]})
+    est = {"same_setting": same}
+    if same:
+        # what the model misses, sized from the published points (estimates, not fitted into the model)
+        L = VLLM_PROMPTS_K[-1] * 1000.0
+        est["eff_recompute"] = _implied_compute_eff(
+            lambda e: float(lc.cpu_hit_ttft(model, gpu, [L], 1.0, compute_eff=e)["recompute_s"][0]),
+            pub["compute_s"][-1])
+        est["eff_tput0"] = _implied_compute_eff(
+            lambda e: float(lc.offload_throughput(model, gpu, pub["prompt_tokens"], 0.0, 1.0, compute_eff=e,
+                                                  chunk_tokens=chunk_tokens)["tokens_per_s"][0]),
+            pub["tput"][0])
+        k = np.array(VLLM_PROMPTS_K[1:], dtype=float) * 1000.0
+        slope, icpt = np.polyfit(k, pub["load_s"][1:], 1)
+        est["fit_bw_bytes_s"] = kv.kv_bytes(model, 1.0, 1, "bf16") / slope
+        est["fit_fixed_s"] = float(icpt)
+        est["dma_bytes_s"] = pub["dma_gb_s"] * 2**30
+        # the 1K speed-up with the fitted fixed time added to the model's load
+        est["speedup_1k_with_fixed"] = float(r1["recompute_s"][0] / (r1["load_ttft_s"][0] + icpt))
+    return {"ttft": ttft, "tput": tput, "values": {"ttft": v1, "throughput": v2},
+            "serial": {"ttft": v1s, "throughput": v2s}, "verdicts": verdicts, "estimates": est, "pub": pub,
+            "model": model, "gpu": gpu, "curve_seconds": curve_s, "seconds": time.perf_counter() - t0}
+
+
+def _max_dev(values: dict, pub: dict, gains) -> float:
+    """Largest relative deviation of the model's gains from the post's."""
+    return max(abs(values[f"gain at {h}% hits"] / pub["gains"][h] - 1.0) for h in gains)
+
+
+def vllm_rows(r: dict, compute_eff: float) -> list:
+    """Glue rows ``(key, value, fmt)`` of the vLLM offloading prose (``r``: :func:`vllm_offload`); the
+    blog's numbers are quoted beside the model's only in the blog's setting."""
+    v1, v2 = r["values"]["ttft"], r["values"]["throughput"]
+    s2 = r["serial"]["throughput"]
+    pub, est = r["pub"], r["estimates"]
+    same = bool(est.get("same_setting"))
+    other = (f"not estimated: the blog's figures are for {pub['setting'].get('model')} on one "
+             f"{pub['setting'].get('gpu')}")
+
+    def blog(text):
+        return f" (blog {text})" if same else ""
+
+    gains = VLLM_GAINS_PCT
+    pct = ", ".join(f"{h}%" for h in gains[:-1]) + f" and {gains[-1]}%"
+    g_model = ", ".join(f"{v2[f'gain at {h}% hits']:.2f}×" for h in gains)
+    g_blog = ", ".join(f"{pub['gains'][h]:.2f}×" for h in gains)
+    b_min, b_max = f"{pub['speedup_min']:g}×", f"{pub['speedup_max']:g}×"
+    b_rc, b_ld, b_t0 = f"{pub['compute_s'][-1]:.2f} s", f"{pub['load_s'][-1]:.3f} s", f"{pub['tput'][0]:,.0f}"
+    rows = [
+        ("ch2_vllm_ttft_text", f"{v1['speed-up at 1K tokens']:.1f}× at 1K tokens{blog(b_min)} "
+                               f"and {v1['speed-up at 100K tokens']:.1f}× at 100K{blog(b_max)}", None),
+        ("ch2_vllm_ttft_100k_text", f"{v1['recompute TTFT at 100K tokens']:.2f} s to recompute{blog(b_rc)} "
+                                    f"and {v1['CPU-load TTFT at 100K tokens']:.3f} s to load{blog(b_ld)}",
+         None),
+        ("ch2_vllm_tput_text", f"{v2['throughput at 0% hits']:,.0f} tokens/s at 0% CPU hits{blog(b_t0)} and "
+                               f"{g_model} that at {pct}{blog(g_blog)}", None),
+        ("ch2_vllm_setup_text", f"{pub['setting'].get('model')} on one {pub['setting'].get('gpu')}"
+                                + ("" if same else f" (this run: {r['model']} on one {r['gpu']})")
+                                + ", its KV cache copied from CPU "
+                                f"memory in {VLLM_BLOCK_TOKENS}-token blocks of {pub['block_mb']:g} MB at "
+                                f"{pub['dma_gb_s']:g} GB/s (the post's Fig. 4, GB read as 2³⁰ bytes), the "
+                                f"throughput runs on {pub['prompt_tokens']:g}-token prompts", None),
+        ("ch2_vllm_serial_text", ", ".join(f"{s2[f'gain at {h}% hits']:.2f}×" for h in gains)
+         + (f", at most {_max_dev(s2, pub, gains):.0%} from the post's (overlapped: at most "
+            f"{_max_dev(v2, pub, gains):.0%})" if same else ""), None),
+        ("ch2_vllm_curve_seconds", r["curve_seconds"], "{:.2f} s"),
+        ("ch2_vllm_seconds", r["seconds"], "{:.2f} s"),
+    ]
+    if same:
+        e1, e2 = est["eff_recompute"], est["eff_tput0"]
+        way = ("faster" if min(e1, e2) > compute_eff else "slower" if max(e1, e2) < compute_eff
+               else "about as fast")
+        bw, dma = est["fit_bw_bytes_s"] / 1e9, est["dma_bytes_s"] / 1e9
+        fixed_ms = est["fit_fixed_s"] * 1e3
+        rows += [
+            ("ch2_vllm_eff_text", f"the post's prefill is {way} than the time model at compute_eff = "
+                                  f"{compute_eff:g}: its points imply a compute efficiency of {e1:.2f} "
+                                  f"(recompute TTFT at 100K tokens) and {e2:.2f} (throughput at 0% hits)",
+             None),
+            ("ch2_vllm_loadfit_text", f"the post's CPU-load TTFTs lie on a line of {bw:.1f} GB/s "
+                                      f"({'slower' if bw < dma else 'faster'} than the {dma:.1f} GB/s of its "
+                                      f"own copy benchmark, both in 10⁹ bytes) plus {fixed_ms:.0f} ms per "
+                                      f"request, a fixed time the model lacks", None),
+            ("ch2_vllm_speedup_1k_fixed", est["speedup_1k_with_fixed"], "{:.1f}×")]
+    else:
+        rows += [("ch2_vllm_eff_text", other, None), ("ch2_vllm_loadfit_text", other, None),
+                 ("ch2_vllm_speedup_1k_fixed", other, None)]
+    return rows

@@ -165,7 +165,9 @@ def fig_writes(wr):
     ax2 = ax.twiny()
     ax2.scatter(ssd["dwpd_used_busy"], lab[ssd.index], color=plots.PALETTE[3], marker="o", label="DWPD used")
     ax2.scatter(ssd["dwpd_rated"], lab[ssd.index], color="k", marker="|", s=200, label="DWPD rated")
-    ax2.set_xscale("log")
+    dwpd = ssd[["dwpd_used_busy", "dwpd_rated"]].to_numpy(dtype=float)
+    if (dwpd > 0).any():  # a small trace may write nothing to any drive: no log axis without data
+        ax2.set_xscale("log")
     ax2.set_xlabel("drive writes per day (per busy instance)")
     ax2.grid(False)
     plots.legend_below(fig, *ax2.get_legend_handles_labels(), ncol=2)
@@ -312,3 +314,63 @@ def fig_fig10(f):
     plots.legend_below(fig, handles, labels, ncol=2)
     return fig
 
+
+
+def fig_vllm_offload(f: dict):
+    """vLLM's KV offloading connector (blog post of 2026-01-08) against the chapter's models
+    (``f``: :func:`analysis.tiering.chapter.vllm_offload`): left, single-request TTFT over the prompt
+    length, recomputed or loaded from CPU memory; right, throughput of 512-token prefills over the CPU
+    hit rate. Published points as markers (none in another setting); the model's overlap rule solid, the
+    load added to the compute dashed."""
+    fig, (a1, a2) = plots.subplots(1, 2, height=3.3)
+    t, p = f["ttft"], f["tput"]
+    a1.plot(t["prompt_k"], t["recompute_s"], color=plots.PALETTE[0], lw=1.5, label="model: recompute")
+    a1.plot(t["prompt_k"], t["load_ttft_s"], color=plots.PALETTE[1], lw=1.5, label="model: load (overlapped)")
+    a1.plot(t["prompt_k"], t["load_ttft_serial_s"], color=plots.PALETTE[1], lw=1.2, ls="--",
+            label="model: load (added)")
+    a1.plot(t["prompt_k"], t["pub_compute_s"], "o", color=plots.PALETTE[0], ms=5, label="blog: GPU compute")
+    a1.plot(t["prompt_k"], t["pub_load_s"], "s", color=plots.PALETTE[1], ms=5, label="blog: load from CPU")
+    a1.set_yscale("log")
+    a1.set_xlabel("prompt length (K tokens)")
+    a1.set_ylabel("TTFT (s)")
+    a2.plot(p["hit_pct"], p["tokens_per_s"], color=plots.PALETTE[2], lw=1.5,
+            label="model: throughput (overlapped)")
+    a2.plot(p["hit_pct"], p["tokens_per_s_serial"], color=plots.PALETTE[2], lw=1.2, ls="--",
+            label="model: throughput (added)")
+    a2.plot(p["hit_pct"], p["pub_tokens_per_s"], "D", color=plots.PALETTE[2], ms=5,
+            label="blog: with offloading")
+    if np.isfinite(f["pub"]["baseline"]) and p["pub_tokens_per_s"].notna().any():
+        a2.axhline(f["pub"]["baseline"], color=plots.PALETTE[7], lw=1.0, ls=":",
+                   label="blog: without offloading")
+    a2.set_yscale("log")
+    a2.set_yticks([3e4, 5e4, 1e5, 2e5, 4e5])
+    a2.yaxis.set_major_formatter(mticker.FuncFormatter(lambda x, _p: f"{x / 1e3:,.0f}K"))
+    a2.yaxis.set_minor_formatter(mticker.NullFormatter())
+    a2.set_xlabel("CPU hit rate (%)")
+    a2.set_ylabel("prompt tokens/s")
+    for ax in (a1, a2):
+        ax.grid(True, which="major", alpha=0.3)
+    plots.legend_below(fig, ncol=3)
+    return fig
+
+
+def fig_agent_hit_curves(cmp: dict):
+    """Token-weighted LRU hit rate against capacity of the chapter's trace and of each LMCache agent
+    family, with the HBM left for KV on one instance and Mooncake's 3M-token local DRAM (``cmp``:
+    :func:`analysis.tiering.agents.compare`)."""
+    fig, ax = plots.subplots(height=4.0)
+    for i, (name, (caps, rate)) in enumerate(cmp["curves"].items()):
+        ax.plot(caps, rate, color=plots.PALETTE[i], lw=2 if i == 0 else 1.6, ls="-" if i == 0 else "--",
+                label=name)
+    for x, lab in ((cmp["hbm_tok"], "HBM of one instance"), (cmp["local_dram"], "Mooncake: local DRAM 3M")):
+        ax.axvline(x, ls=":", color="k", lw=1)
+        ax.annotate(lab, (x, 0.02), rotation=90, fontsize=plots.SMALL_PT, xytext=(3, 0),
+                    textcoords="offset points")
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(mticker.EngFormatter(sep=""))
+    ax.yaxis.set_major_formatter(mticker.PercentFormatter(1.0))
+    ax.set_xlabel("cache capacity (tokens)")
+    ax.set_ylabel("prefix-cache hit rate (tokens)")
+    ax.set_ylim(0, 1)
+    plots.legend_below(fig, ncol=2)
+    return fig

@@ -17,7 +17,16 @@ Eq. 2 states that reuse pays when ``B > G * 2 d s / (g (a n d + b d^2))``. For L
 * :func:`overlap_bandwidth_needed` -- the stricter layer-wise-overlap criterion: loading the prefix
   hides entirely behind the prefill of the ``n_new`` tokens that follow it;
 * :func:`implied_eq1_coefficient` -- the ``a n/d + b`` that a published bandwidth implies, to set the
-  paper's FLOP count beside ours.
+  paper's FLOP count beside ours;
+* :func:`cpu_hit_ttft` -- one request's TTFT when its prompt's whole blocks (all but the last token) are
+  loaded from CPU memory at a copy bandwidth and the rest is prefilled, against recomputing the whole
+  prompt (vLLM's KV offloading connector, Fig. 1 of its 2026-01-08 blog post);
+* :func:`offload_throughput` -- prefill throughput of a stream of equal prompts, a share of each
+  loaded from CPU memory, in the steady state of continuous-batching steps (the post's Fig. 2).
+
+Both overlap a load with the computation layer by layer (:func:`analysis.forward.layerwise_overlap`,
+the replay's one overlap rule) unless ``overlap=False``: then the load completes before the prefill
+starts (its time adds).
 """
 from __future__ import annotations
 
@@ -127,3 +136,76 @@ def requirement_grid(
                     {"model": mname, "gpu": gname, "prefix_tokens": int(pi), "bandwidth_needed": float(b)}
                 )
     return rows
+
+
+def _cached_tokens(prompt_tokens, share, block_tokens):
+    """Whole ``block_tokens`` blocks of the first ``share`` of each prompt, never its last token (a
+    prefill computes at least one token)."""
+    L = np.asarray(prompt_tokens, dtype=float)
+    full = block_tokens * np.floor((L - 1.0) / block_tokens)
+    return np.minimum(block_tokens * np.floor(np.asarray(share, dtype=float) * L / block_tokens), full)
+
+
+def _check_copy(bandwidth, block_tokens):
+    if not (np.isfinite(bandwidth) and bandwidth > 0):
+        raise ValueError(f"bandwidth must be a finite number of bytes/s > 0, got {bandwidth!r}")
+    if int(block_tokens) != block_tokens or block_tokens < 1:
+        raise ValueError(f"block_tokens must be an integer >= 1, got {block_tokens!r}")
+
+
+def cpu_hit_ttft(model, gpu, prompt_tokens, bandwidth, *, block_tokens=16, n_gpus=1, dtype="bf16",
+                 kv_dtype="bf16", compute_eff=1.0, eff: fw.Efficiency | None = None, overlap=True) -> dict:
+    """TTFT of one request of ``prompt_tokens`` whose KV cache of all whole ``block_tokens`` blocks but
+    the one holding the last token is loaded from CPU memory at ``bandwidth`` bytes/s, the remaining
+    tokens prefilled after them (``overlap``: load and prefill overlapped layer by layer; else
+    added), against prefilling the whole prompt from scratch; one instance of ``n_gpus`` GPUs, the one
+    time model (:func:`analysis.forward.prefill_time`). Returns arrays over ``prompt_tokens``:
+    ``recompute_s``, ``load_ttft_s``, ``transfer_s`` (the copy alone), ``cached_tokens`` and
+    ``speedup`` (recompute / load)."""
+    L = _check_prefix(prompt_tokens)
+    _check_gpus(n_gpus)
+    _check_copy(bandwidth, block_tokens)
+    prec, e = _time_model(dtype, kv_dtype, compute_eff, eff)
+    cached = _cached_tokens(L, 1.0, block_tokens)
+    recompute = fw.prefill_time(model, gpu, L, 0.0, tp=n_gpus, prec=prec, eff=e)
+    tail = fw.prefill_time(model, gpu, L - cached, cached, tp=n_gpus, prec=prec, eff=e)
+    transfer = kv.kv_bytes(model, cached, 1, kv_dtype) / float(bandwidth)
+    load = fw.layerwise_overlap(tail, transfer, _model(model).n_layers) if overlap else tail + transfer
+    return {"prompt_tokens": L, "cached_tokens": cached, "recompute_s": np.asarray(recompute, dtype=float),
+            "transfer_s": np.asarray(transfer, dtype=float), "load_ttft_s": np.asarray(load, dtype=float),
+            "speedup": np.asarray(recompute / load, dtype=float)}
+
+
+def offload_throughput(model, gpu, prompt_tokens, hit_rates, bandwidth, *, chunk_tokens=8192, block_tokens=16,
+                       n_gpus=1, dtype="bf16", kv_dtype="bf16", compute_eff=1.0,
+                       eff: fw.Efficiency | None = None, overlap=True) -> dict:
+    """Prefill throughput (prompt tokens/s) of a long stream of prompts of ``prompt_tokens``, the first
+    ``hit_rate`` share of each (whole ``block_tokens`` blocks, never the last token) loaded from CPU
+    memory over one copy engine of ``bandwidth`` bytes/s, in the steady state of continuous-batching
+    steps of ``chunk_tokens`` new tokens (0: one prompt per step): a step prefills
+    ``k = chunk_tokens / new`` prompts after their cached prefixes while the ``k`` prompts' loads,
+    summed (one shared copy engine), overlap it layer by layer (``overlap=False``: add to it).
+    Returns arrays over ``hit_rates``: ``tokens_per_s``, ``step_s``, ``compute_s``, ``load_s``,
+    ``prompts_per_step`` and ``cached_tokens``."""
+    L = float(_check_prefix(prompt_tokens))
+    _check_gpus(n_gpus)
+    _check_copy(bandwidth, block_tokens)
+    h = np.atleast_1d(np.asarray(hit_rates, dtype=float))
+    if np.any(~np.isfinite(h)) or np.any((h < 0) | (h > 1)):
+        raise ValueError(f"hit_rates must lie in [0, 1], got {hit_rates!r}")
+    if int(chunk_tokens) != chunk_tokens or chunk_tokens < 0:
+        raise ValueError(f"chunk_tokens must be an integer >= 0, got {chunk_tokens!r}")
+    if 0 < chunk_tokens < L:
+        raise ValueError(f"chunk_tokens = {chunk_tokens} is shorter than a prompt ({L:g} tokens): a step "
+                         f"would hold part of one prompt, which this steady-state model does not price; use "
+                         f"chunk_tokens >= {L:g} or 0 (one prompt per step)")
+    prec, e = _time_model(dtype, kv_dtype, compute_eff, eff)
+    cached = _cached_tokens(L, h, block_tokens)
+    new = L - cached
+    k = chunk_tokens / new if chunk_tokens else np.ones_like(new)
+    comp = np.asarray(fw.prefill_time(model, gpu, new, cached, tp=n_gpus, seqs=k, prec=prec, eff=e),
+                      dtype=float)
+    load = k * kv.kv_bytes(model, cached, 1, kv_dtype) / float(bandwidth)
+    step = fw.layerwise_overlap(comp, load, _model(model).n_layers) if overlap else comp + load
+    return {"hit_rate": h, "tokens_per_s": k * L / step, "step_s": step, "compute_s": comp, "load_s": load,
+            "prompts_per_step": k, "cached_tokens": cached}

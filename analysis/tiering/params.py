@@ -34,7 +34,8 @@ PARAMS = {
     "trace": Param(
         "mooncake_conversation",
         "str",
-        "registered trace name (data/registry.yaml) or path of a Mooncake-format JSONL trace",
+        "registered trace name (data/registry.yaml), path of a Mooncake-format JSONL trace, or an agent "
+        "family converted from LMCache's traces (lmcache_miniswe, lmcache_taubench, lmcache_magagent)",
     ),
     "trace_requests": Param(0, "int", "use only the first N requests (0 = all)", min=0),
     "model": Param("Llama-3.1-70B", "str", "model served by the prefill cluster", choices=model_names),
@@ -313,6 +314,17 @@ PARAMS = {
         3.0, "float", "local cache of each instance in the Figure 10 comparison (million tokens)", min=0.001,
         max=1e4
     ),
+    # vLLM's KV offloading connector (blog post of 2026-01-08): CPU loads against recompute
+    "vllm_model": Param(
+        "Llama-3.1-8B", "str",
+        "model of the vLLM offloading comparison (the post measured Llama-3.1-8B-Instruct)",
+        choices=model_names,
+    ),
+    "vllm_gpu": Param(
+        "H100-SXM5-80GB", "str",
+        "GPU of the vLLM offloading comparison, one of them (the post measured one H100 80GB HBM3)",
+        choices=_gpus,
+    ),
 }
 
 
@@ -436,6 +448,8 @@ class Studies:
     breakeven_bw_gb_s: list
     tornado_config: str
     endurance_dwpd_grid: list
+    vllm_model: str
+    vllm_gpu: str
 
 
 @dataclass(frozen=True)
