@@ -34,7 +34,7 @@ VOLATILE = frozenset({
     "02_ssd_offload::ch2_route_seconds",
     "03_disagg::ch3_plans_per_s", "03_disagg::ch3_des_wall_max",
     "05_where_kv_lives::ch5_map_seconds",
-    "05_where_kv_lives::ch5_t_old_map", "05_where_kv_lives::ch5_t_reuse",
+    "05_where_kv_lives::ch5_t_reuse",
 })
 
 

@@ -36,7 +36,6 @@ SCREEN_CEILINGS: dict[str, tuple[int, str]] = {
     "book/02_ssd_offload": (42, RESTRUCTURE_WAITS),
     "book/03_disagg": (40, RESTRUCTURE_WAITS),
     "book/04_qevict": (56, RESTRUCTURE_WAITS),
-    "book/05_where_kv_lives": (33, RESTRUCTURE_WAITS),
 }
 # A chapter's evidence page (book/NN_slug_evidence: its full tables, secondary figures, sensitivity grids
 # and calibration detail, a child of the chapter in the toc) is reference, read by section rather than
@@ -105,8 +104,7 @@ def test_screen_rule_fails_a_long_page_and_a_grown_or_finished_chapter():
 
 
 def test_only_the_waiting_chapters_have_a_ceiling():
-    assert set(SCREEN_CEILINGS) == {"book/02_ssd_offload", "book/03_disagg", "book/04_qevict",
-                                    "book/05_where_kv_lives"}
+    assert set(SCREEN_CEILINGS) == {"book/02_ssd_offload", "book/03_disagg", "book/04_qevict"}
     assert set(SCREEN_CEILINGS) <= set(bh.chapter_docnames())
     assert all(reason == RESTRUCTURE_WAITS and c > MAX_SCREENS for c, reason in SCREEN_CEILINGS.values())
 
