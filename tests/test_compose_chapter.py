@@ -414,3 +414,30 @@ def test_interactive_map_has_a_colour_legend():
     full = {**data, "factors": [1.0], "contexts": [4096], "hits": [0.0], "layouts": ["hbm", "dram"],
             "layout_short": ["HBM", "DRAM"], "maps": [], "bars": []}
     assert legend in figures.interactive_map_html(full, plotly_js="book")
+
+
+def test_kv_policies_read_chapter_4s_runs_once_for_the_three_pages(monkeypatch, tmp_path):
+    """Chapter 5, its evidence page and the front page need the same measured policies: cached whole."""
+    from analysis import cache
+    from analysis.compose import configure
+
+    monkeypatch.setenv("KVBOOK_CACHE", str(tmp_path))
+    monkeypatch.delenv("KVBOOK_NO_CACHE", raising=False)
+    monkeypatch.setattr(cache, "code_hash", lambda code, compute=None: "code")  # slow; not what this tests
+    calls = []
+
+    def fake_measure(policies, budgets, **kw):
+        calls.append((tuple(policies), tuple(budgets), kw.get("verbose", False)))
+        return [KVPolicy.full()]
+
+    monkeypatch.setattr(configure, "measure", fake_measure)
+    cfg = SCHEMA.config(SCHEMA.validate({**SCHEMA.defaults(), "fidelity_long_context": False}))
+    first = configure.kv_policies(cfg, source="chapter 4")
+    again = configure.kv_policies(cfg, source="chapter 4")
+    assert len(calls) == 1 and [p.name for p in again] == [p.name for p in first]  # read back (nan != nan)
+    configure.kv_policies(cfg, verbose=True, source="chapter 4")
+    assert len(calls) == 2 and calls[-1][2]  # verbose shows the runs: computed, not read back
+    other = SCHEMA.config(SCHEMA.validate({**SCHEMA.defaults(), "fidelity_long_context": False,
+                                           "kv_budgets": [0.5]}))
+    configure.kv_policies(other, source="chapter 4")
+    assert len(calls) == 3 and calls[-1][1] == (0.5,)  # other budgets: another key
