@@ -36,7 +36,7 @@ VOLATILE = frozenset({
     "02_ssd_offload_evidence::ch2_route_slo_seconds", "02_ssd_offload_evidence::ch2_agent_curve_seconds",
     "03_disagg::ch3_plans_per_s", "03_disagg_evidence::ch3_des_wall_max",
     "05_where_kv_lives::ch5_map_seconds",
-    "05_where_kv_lives::ch5_t_old_map", "05_where_kv_lives::ch5_t_reuse",
+    "05_where_kv_lives::ch5_t_reuse",
 })
 
 

@@ -14,7 +14,8 @@ CHAPTERS = {"01_kv_footprint.md": "analysis.kv_figures", "02_ssd_offload.md": "a
             "03_disagg.md": "analysis.disagg.figures",
             "03_disagg_evidence.md": "analysis.disagg.figures", "04_qevict.md": "analysis.qevict.figures",
             "04_qevict_evidence.md": "analysis.qevict.figures",
-            "05_where_kv_lives.md": "analysis.compose.figures"}
+            "05_where_kv_lives.md": "analysis.compose.figures",
+            "05_where_kv_lives_evidence.md": "analysis.compose.figures"}
 # numbers a caption may state because the figure function draws them as constants (not results)
 DRAWING_CONSTANTS = {"fig-disagg-validation": {"30%"}}  # the shaded +-30% band (xs / 1.3 .. xs * 1.3)
 CELL = re.compile(r"^```\{code-cell\}[^\n]*\n(.*?)^```$", re.S | re.M)

@@ -341,3 +341,103 @@ def test_long_runs_row_when_switched_off():
     assert cc.long_runs_row(False) == ("ch5_long_runs", "switched off by the parameters", None)
     name, text, _ = cc.long_runs_row(True)
     assert name == "ch5_long_runs" and text
+
+
+# ----------------------------------------------------------------------- chapter / evidence page split
+
+
+def test_sensitivity_sweeps_compute_only_the_named_sweeps():
+    opts = decide.options(["hbm", "nvme"], [KVPolicy.full()], ["C", "PD"])
+    kw = dict(price_factors=[1.0], nvme_bw_gb_s=[3.5], ai_ssd_bits_grid=[16], linear_shares=[0.0, 0.75],
+              transfer_overheads=[1.0])
+    ref = BASE.replace(hit_rate=0.6)
+    floor = decide.FidelityFloor()
+    sw = cc.sensitivity_sweeps(ref, "Llama-3.1-70B", opts, REUSE, floor, sweeps=["lin", "xfer"], **kw)
+    assert set(sw) == {"lin", "xfer"}  # the chapter's; the device sweeps are the evidence page's
+    assert [r[0] for r in cc.sweep_rows(sw)] == ["ch5_sens_lin_text", "ch5_sens_xfer_text"]
+    with pytest.raises(ValueError, match="unknown sensitivity sweep"):
+        cc.sensitivity_sweeps(ref, "Llama-3.1-70B", opts, REUSE, floor, sweeps=["price"], **kw)
+
+
+def test_map_with_flips_is_computed_once_and_read_back(monkeypatch, tmp_path):
+    """Chapter 5 and its evidence page show the same map: the second call reads the on-disk cache."""
+    monkeypatch.setenv("KVBOOK_CACHE", str(tmp_path))
+    monkeypatch.delenv("KVBOOK_NO_CACHE", raising=False)
+    from analysis import cache
+
+    monkeypatch.setattr(cache, "code_hash", lambda code, compute=None: "code")  # slow; not what this tests
+    calls = []
+    real = decide.decision_map
+
+    def counted(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(decide, "decision_map", counted)
+    opts = decide.options(["hbm", "nvme"], [KVPolicy.full()], ["C"])
+    args = (BASE, [4096], [0.0, 0.6], [1.0], opts, REUSE, decide.FidelityFloor(), [0.8, 1.25], [0.5, 2.0])
+    m = cc.map_with_flips(*args)
+    first = len(calls)
+    assert first == 3  # the map and the two tier-price ends (GPU rent, fidelity: re-judged, not re-priced)
+    assert {"flips", "layout_flips", "flipped_by"} <= set(m["cells"]) and len(m["cells"]) == 2
+    assert len(m["found"]) == 1 + len(decide.declared_perturbations([0.8, 1.25], [0.5, 2.0]))
+    assert m["seconds"] >= 0 and m["seconds_with_flips"] >= m["seconds"] and len(m["every"]) == 4
+    again = cc.map_with_flips(*args)
+    assert len(calls) == first  # read back, not recomputed
+    pd.testing.assert_frame_equal(again["cells"], m["cells"])
+    cc.map_with_flips(BASE, [4096], [0.0], *args[3:])
+    assert len(calls) > first  # another grid: another key
+
+
+def test_decision_map_marks_flipping_cells_in_a_corner_and_keeps_the_text_clear():
+    from matplotlib.patches import Polygon
+
+    cells = pd.DataFrame({"context": [4096, 4096, 8192, 8192], "hit_rate": [0.0, 0.6, 0.0, 0.6],
+                          "ssd_price_factor": 1.0, "layout": ["hbm", "nvme", "nvme", "nvme"],
+                          "policy": "full cache", "mode": "C", "usd_per_mtok": 0.1,
+                          "flips": [True, False, True, True]})
+    fig = figures.fig_decision_map_answer(cells, ["hbm", "nvme"], 1.0)
+    ax = fig.axes[0]
+    marks = [p for p in ax.patches if isinstance(p, Polygon)]
+    assert len(marks) == 3 and not [p for p in ax.patches if p.get_hatch()]  # no hatch over the text
+    assert not [t for t in ax.texts if isinstance(t, matplotlib.text.Annotation)]  # no crowded frontier label
+    assert any("flips" in t.get_text() for leg in fig.legends for t in leg.get_texts())
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
+def test_interactive_map_has_a_colour_legend():
+    data = {"colors": ["#112233", "#445566"], "layout_labels": ["HBM only", "+ local DRAM & more"]}
+    legend = figures.interactive_legend_html(data)
+    assert "#112233" in legend and "#445566" in legend and "+ local DRAM &amp; more" in legend
+    full = {**data, "factors": [1.0], "contexts": [4096], "hits": [0.0], "layouts": ["hbm", "dram"],
+            "layout_short": ["HBM", "DRAM"], "maps": [], "bars": []}
+    assert legend in figures.interactive_map_html(full, plotly_js="book")
+
+
+def test_kv_policies_read_chapter_4s_runs_once_for_the_three_pages(monkeypatch, tmp_path):
+    """Chapter 5, its evidence page and the front page need the same measured policies: cached whole."""
+    from analysis import cache
+    from analysis.compose import configure
+
+    monkeypatch.setenv("KVBOOK_CACHE", str(tmp_path))
+    monkeypatch.delenv("KVBOOK_NO_CACHE", raising=False)
+    monkeypatch.setattr(cache, "code_hash", lambda code, compute=None: "code")  # slow; not what this tests
+    calls = []
+
+    def fake_measure(policies, budgets, **kw):
+        calls.append((tuple(policies), tuple(budgets), kw.get("verbose", False)))
+        return [KVPolicy.full()]
+
+    monkeypatch.setattr(configure, "measure", fake_measure)
+    cfg = SCHEMA.config(SCHEMA.validate({**SCHEMA.defaults(), "fidelity_long_context": False}))
+    first = configure.kv_policies(cfg, source="chapter 4")
+    again = configure.kv_policies(cfg, source="chapter 4")
+    assert len(calls) == 1 and [p.name for p in again] == [p.name for p in first]  # read back (nan != nan)
+    configure.kv_policies(cfg, verbose=True, source="chapter 4")
+    assert len(calls) == 2 and calls[-1][2]  # verbose shows the runs: computed, not read back
+    other = SCHEMA.config(SCHEMA.validate({**SCHEMA.defaults(), "fidelity_long_context": False,
+                                           "kv_budgets": [0.5]}))
+    configure.kv_policies(other, source="chapter 4")
+    assert len(calls) == 3 and calls[-1][1] == (0.5,)  # other budgets: another key

@@ -33,11 +33,13 @@ def test_every_chapter_is_a_keyed_page():
 
 def test_qevict_policies_invalidates_chapters_4_and_5_only():
     assert _pages_depending_on("analysis/qevict/policies.py") == {"04_qevict", "04_qevict_evidence",
-                                                                  "05_where_kv_lives", "intro"}
+                                                                  "05_where_kv_lives",
+                                                                  "05_where_kv_lives_evidence", "intro"}
 
 
 def test_tiering_invalidates_chapters_2_and_5_only():
-    pages = {"02_ssd_offload", "02_ssd_offload_evidence", "05_where_kv_lives", "intro"}
+    pages = {"02_ssd_offload", "02_ssd_offload_evidence", "05_where_kv_lives", "05_where_kv_lives_evidence",
+             "intro"}
     assert _pages_depending_on("analysis/tiering/replay.py") == pages
 
 

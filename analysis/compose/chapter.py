@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from .. import claims, data, kv, report, specs
+from .. import cache, claims, data, kv, report, specs
 from ..disagg import search, study
 from ..tiering import tiers as tiering_tiers
 from . import configure, decide, fidelity, pipeline
@@ -215,19 +215,28 @@ def sensitivity_sweeps(
     ai_ssd_bits_grid,
     linear_shares,
     transfer_overheads,
+    sweeps=None,
 ) -> dict:
     """The six sensitivity sweeps of the chapter around the reference scenario ``ref``: AI-SSD and
     CXL price, NVMe bandwidth, AI-SSD read gain (16 / stored bits) and linear-attention share by
-    layout; transfer overhead by deployment mode."""
+    layout; transfer overhead by deployment mode. ``sweeps``: the names of those to compute (keys of
+    :data:`SWEEP_GLUE`; default all): the chapter computes the architecture and disaggregation sweeps
+    its verdicts use, its evidence page the device sweeps."""
+    sweeps = list(SWEEP_GLUE) if sweeps is None else list(sweeps)
+    unknown = sorted(set(sweeps) - set(SWEEP_GLUE))
+    if unknown:
+        raise ValueError(f"unknown sensitivity sweep(s) {unknown}: choose from {list(SWEEP_GLUE)}")
     gain = sorted({16 / b for b in ai_ssd_bits_grid})
-    return {
-        "ai": decide.sweep(ref, price_factors, ai_ssd_price, opts, reuse, floor),
-        "cxl": decide.sweep(ref, price_factors, cxl_price, opts, reuse, floor),
-        "bw": decide.sweep(ref, nvme_bw_gb_s, nvme_bandwidth, opts, reuse, floor),
-        "bits": decide.sweep(ref, gain, ai_ssd_gain, opts, reuse, floor),
-        "lin": decide.sweep(ref, linear_shares, LinearShare(model), opts, reuse, floor),
-        "xfer": decide.sweep(ref, transfer_overheads, transfer_overhead, opts, reuse, floor, by="mode"),
+    make = {
+        "ai": lambda: decide.sweep(ref, price_factors, ai_ssd_price, opts, reuse, floor),
+        "cxl": lambda: decide.sweep(ref, price_factors, cxl_price, opts, reuse, floor),
+        "bw": lambda: decide.sweep(ref, nvme_bw_gb_s, nvme_bandwidth, opts, reuse, floor),
+        "bits": lambda: decide.sweep(ref, gain, ai_ssd_gain, opts, reuse, floor),
+        "lin": lambda: decide.sweep(ref, linear_shares, LinearShare(model), opts, reuse, floor),
+        "xfer": lambda: decide.sweep(ref, transfer_overheads, transfer_overhead, opts, reuse, floor,
+                                     by="mode"),
     }
+    return {k: make[k]() for k in SWEEP_GLUE if k in sweeps}
 
 
 SWEEP_FORMATS = {
@@ -251,7 +260,9 @@ SWEEP_GLUE = {
 def sweep_rows(sweeps: dict) -> list:
     """One sentence per sweep (``decide.describe_sweep``) on how the cheapest option moves."""
     return [
-        (SWEEP_GLUE[k], decide.describe_sweep(sweeps[k], SWEEP_FORMATS[k].format), None) for k in SWEEP_GLUE
+        (SWEEP_GLUE[k], decide.describe_sweep(sweeps[k], SWEEP_FORMATS[k].format), None)
+        for k in SWEEP_GLUE
+        if k in sweeps
     ]
 
 
@@ -447,6 +458,35 @@ def flipped_table(cells: pd.DataFrame, n: int = 15) -> pd.DataFrame:
         .rename(columns={**MAP_COLUMNS, "option": "cheapest option", "flipped_by": "flips at"})
         .head(n)
     )
+
+
+def _map_with_flips(base, contexts, hit_rates, ssd_price_factors, opts, reuse, floor, gpu_rent_range,
+                    tier_price_range) -> dict:
+    t = time.perf_counter()
+    cells, every = decide.decision_map(base, contexts, hit_rates, ssd_price_factors, opts, reuse, floor)
+    seconds = time.perf_counter() - t
+    perturbations = decide.declared_perturbations(gpu_rent_range, tier_price_range)
+    cells, found = decide.map_uncertainty(base, contexts, hit_rates, ssd_price_factors, opts, reuse, floor,
+                                          perturbations, cells=cells, every=every)
+    return {"cells": cells, "every": every, "found": found, "seconds": seconds,
+            "seconds_with_flips": time.perf_counter() - t}
+
+
+def map_with_flips(base, contexts, hit_rates, ssd_price_factors, opts, reuse, floor, gpu_rent_range,
+                   tier_price_range) -> dict:
+    """The decision map (``decide.decision_map``) with the cells whose answer flips at the ends of the
+    declared ranges (``decide.map_uncertainty`` over ``decide.declared_perturbations(gpu_rent_range,
+    tier_price_range)``): ``cells`` (with ``flips``, ``layout_flips``, ``flipped_by``), ``every`` option
+    of every cell, ``found`` (the findings of each perturbed map) and the seconds the map took
+    (``seconds``; ``seconds_with_flips`` with the perturbed maps) when it was computed.
+
+    Cached on disk (:func:`analysis.cache.cached`, keyed on every input and the code it runs): chapter 5
+    and its evidence page show the same map, and the evidence page, executed after the chapter, reuses
+    the chapter's instead of computing it again."""
+    return cache.cached(
+        "compose_map_with_flips", _map_with_flips, base=base, contexts=list(contexts),
+        hit_rates=list(hit_rates), ssd_price_factors=list(ssd_price_factors), opts=list(opts), reuse=reuse,
+        floor=floor, gpu_rent_range=list(gpu_rent_range), tier_price_range=list(tier_price_range))
 
 
 def interactive_map_cells(

@@ -3,6 +3,7 @@ made by ``analysis.compose.params.SCHEMA.config(values)``): the base scenario, t
 policies measured by chapter 4 and the declared fidelity floor."""
 from __future__ import annotations
 
+from ..cache import cached
 from ..tiering import configure as _tiering_configure
 from ..tiering import params as _tiering_params
 from .decide import FidelityFloor
@@ -52,9 +53,13 @@ def kv_policies(c: ComposeConfig, verbose: bool = False, source: str | None = No
     ``fidelity_source`` parameter) for the served model (see
     :func:`analysis.compose.fidelity.with_source`)."""
     f = c.fidelity
-    measured = measure(f.kv_policies, f.kv_budgets, documents=f.fidelity_documents,
-                       prefill_tokens=f.fidelity_prefill_tokens, decode_tokens=f.fidelity_decode_tokens,
-                       verbose=verbose)
+    kw = dict(policies=list(f.kv_policies), budgets=[float(b) for b in f.kv_budgets],
+              documents=list(f.fidelity_documents), prefill_tokens=int(f.fidelity_prefill_tokens),
+              decode_tokens=int(f.fidelity_decode_tokens))
+    # chapter 4's short runs are cached on disk run by run, but loading them takes half a minute; chapter 5,
+    # its evidence page and the front page each need the same policies, so the result is cached whole
+    # (keyed on these inputs and the code of the experiment); `verbose` shows the runs, so it recomputes
+    measured = measure(**kw, verbose=True) if verbose else cached("compose_measured_policies", measure, **kw)
     if f.fidelity_long_context:
         measured = with_long_context(measured, long_context_runs())
     return with_source(measured, source or f.fidelity_source, model=c.service.model)

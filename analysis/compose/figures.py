@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import json
+from html import escape as html_escape
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from matplotlib.patches import Patch, Rectangle
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch, Polygon
 
 from .. import plots
 from .decide import LAYOUT_LABELS
@@ -28,28 +30,12 @@ LAYOUT_COLOR_INDEX = {"hbm": 0, "dram": 8, "cxl": 2, "nvme": 1, "qlc": 4, "ai_ss
 LAYOUT_SHORT = {"hbm": "HBM", "dram": "DRAM", "cxl": "CXL", "nvme": "NVMe", "qlc": "QLC", "ai_ssd": "AI SSD"}
 
 
+FLIP_CORNER = 0.17  # the side of a flipping cell's corner mark, in cells
+FLIP_COLOR = "0.15"
+
+
 def layout_colors(layouts=tuple(LAYOUT_COLOR_INDEX)):
     return {l: plots.PALETTE[LAYOUT_COLOR_INDEX.get(l, 7) % len(plots.PALETTE)] for l in layouts}
-
-
-def _annotate_frontiers(ax, lay, n_rows, n_cols):
-    """Label each distinct frontier (from -> to layout) once, at its first edge."""
-    seen = set()
-    for i in range(n_rows):
-        for j in range(n_cols):
-            for di, dj in ((0, 1), (1, 0)):
-                i2, j2 = i + di, j + dj
-                if i2 >= n_rows or j2 >= n_cols or lay[i, j] == lay[i2, j2]:
-                    continue
-                a, b = lay[i, j], lay[i2, j2]
-                if a is None or b is None or (a, b) in seen:
-                    continue
-                seen.add((a, b))
-                x, y = (j + 0.5, i) if dj else (j, i + 0.5)
-                ax.annotate(f"{LAYOUT_SHORT.get(a, a)}→{LAYOUT_SHORT.get(b, b)}", (x, y),
-                            fontsize=plots.SMALL_PT, ha="center", va="center", rotation=90 if dj else 0,
-                            fontweight="bold",
-                            bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="black", lw=0.6, alpha=0.9))
 
 
 def decision_map(cells, layouts, *, factors=None, fmt_cost="${:.3f}", panel_width=5.4,
@@ -57,9 +43,11 @@ def decision_map(cells, layouts, *, factors=None, fmt_cost="${:.3f}", panel_widt
     """One panel per SSD price factor (``factors``: a subset; default all), stacked in one column so
     that the cell labels stay legible at the page width: context (rows) x hit rate (columns),
     coloured by the cheapest layout, with the policy, mode and cost written in each cell and thick
-    lines on the frontiers where the cheapest layout changes. Cells whose answer flips within the
-    declared sensitivity ranges (a ``flips`` column, :func:`~analysis.compose.decide.map_uncertainty`)
-    are hatched."""
+    lines on the frontiers where the cheapest layout changes (unlabelled: where several frontiers meet
+    one column their labels crowd each other, and the colours and legend say the same). Cells whose
+    answer flips within the declared sensitivity ranges (a ``flips`` column,
+    :func:`~analysis.compose.decide.map_uncertainty`) carry a dark mark in their top-right corner (a
+    hatch over every cell hid the text when most cells flip)."""
     colors = layout_colors(layouts)
     factors = sorted(cells["ssd_price_factor"].unique()) if factors is None else list(factors)
     hits = sorted(cells["hit_rate"].unique())
@@ -81,9 +69,10 @@ def decision_map(cells, layouts, *, factors=None, fmt_cost="${:.3f}", panel_widt
                     ax.text(j, i, label, ha="center", va="center", fontsize=fontsize, color="black")
                 else:
                     ax.text(j, i, "—", ha="center", va="center", fontsize=fontsize + 0.5)
-                if bool(r.get("flips", False)):
-                    ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="////", ec="0.35",
-                                           lw=0))
+                if bool(r.get("flips", False)):  # a corner mark, not a hatch: the cell's text stays legible
+                    x1, y1 = j + 0.5, i + 0.5  # the cell's top-right corner (origin="lower")
+                    ax.add_patch(Polygon([(x1 - FLIP_CORNER, y1), (x1, y1), (x1, y1 - FLIP_CORNER)],
+                                         closed=True, fc=FLIP_COLOR, ec="none", zorder=4))
         ax.imshow(grid, aspect="auto", origin="lower", alpha=0.75)
         # frontier lines: cell edges across which the cheapest layout changes
         for i in range(len(ctxs)):
@@ -92,7 +81,6 @@ def decision_map(cells, layouts, *, factors=None, fmt_cost="${:.3f}", panel_widt
                     ax.plot([j + 0.5, j + 0.5], [i - 0.5, i + 0.5], color="k", lw=2.2)
                 if i + 1 < len(ctxs) and lay[i, j] != lay[i + 1, j]:
                     ax.plot([j - 0.5, j + 0.5], [i + 0.5, i + 0.5], color="k", lw=2.2)
-        _annotate_frontiers(ax, lay, len(ctxs), len(hits))
         ax.set_xticks(range(len(hits)), [f"{h:.0%}" for h in hits])
         ax.set_yticks(range(len(ctxs)), [f"{c / 1024:g}K" for c in ctxs])
         ax.set_ylabel("prompt length (tokens)")
@@ -103,8 +91,8 @@ def decision_map(cells, layouts, *, factors=None, fmt_cost="${:.3f}", panel_widt
     used = [l for l in layouts if (shown["layout"] == l).any()]
     handles = [Patch(color=colors[l], alpha=0.75, label=LAYOUT_LABELS[l]) for l in used]
     if "flips" in shown and shown["flips"].any():
-        handles.append(Patch(fill=False, hatch="////", ec="0.35",
-                             label="answer flips within the declared ranges"))
+        handles.append(Line2D([], [], ls="none", marker=[(-1, 1), (1, 1), (1, -1), (-1, 1)], ms=9,
+                              color=FLIP_COLOR, label="corner: the answer flips within the declared ranges"))
     fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 3), bbox_to_anchor=(0.5, 1.02),
                title="cheapest tier layout", fontsize=plots.SMALL_PT)
     top = 1 - (1.0 if len(handles) > 3 else 0.75) / size[1]  # inches for the legend above the panels
@@ -246,6 +234,17 @@ _BOOK_LOADER = """
 """
 
 
+def interactive_legend_html(data: dict) -> str:
+    """The interactive map's colour legend (HTML): one swatch per tier layout, in the map's colours."""
+    items = "".join(
+        f'<span style="margin-right:1.2em;white-space:nowrap"><span style="display:inline-block;width:0.9em;'
+        f'height:0.9em;background:{c};border:1px solid #555;vertical-align:middle;margin-right:0.35em">'
+        f'</span>{html_escape(label)}</span>'
+        for c, label in zip(data["colors"], data["layout_labels"]))
+    return (f'<div class="kv-map-legend" style="font-size:0.85em;margin-bottom:0.4em">'
+            f'<span style="margin-right:0.8em">cheapest tier layout:</span>{items}</div>')
+
+
 def interactive_map_html(data: dict, div_id: str = "kv-decision-map", plotly_js: str = "inline") -> str:
     """A self-contained HTML fragment: the decision map as a Plotly heatmap with three sliders (SSD
     price, prompt length, reuse) and the selected cell's cost per layout.
@@ -265,6 +264,7 @@ def interactive_map_html(data: dict, div_id: str = "kv-decision-map", plotly_js:
     js = _JS.replace("__DATA__", json.dumps(data, separators=(",", ":"))).replace("__ID__", div_id)
     html = (f'<div id="{div_id}" class="kv-interactive-map">'
             f'<div style="font-size:0.9em;margin-bottom:0.5em">{controls}</div>'
+            f'{interactive_legend_html(data)}'
             f'<div style="display:flex;flex-wrap:wrap">'
             f'<div id="{div_id}-map" style="flex:1 1 380px;min-width:320px"></div>'
             f'<div id="{div_id}-bars" style="flex:1 1 320px;min-width:280px"></div></div></div>')

@@ -13,7 +13,6 @@ front page and :func:`figure` marks a borrowed KV policy in every cell it appear
 from __future__ import annotations
 
 import pandas as pd
-from matplotlib.text import Annotation
 
 from .. import plots
 from . import configure as compose_configure
@@ -149,11 +148,6 @@ def figure(price_factor: float = 1.0, parts: dict | None = None):
     P = parts["P"]
     fig = figures.decision_map(cells, P["layouts"], factors=[price_factor], panel_width=5.4,
                                fontsize=plots.SMALL_PT)
-    # the frontier labels ("HBM→DRAM") crowd each other where several frontiers meet one column; the colours,
-    # their legend and the thick frontier lines say the same, so the front page leaves the labels out
-    for ax in fig.axes:
-        for t in [t for t in ax.texts if isinstance(t, Annotation)]:
-            t.remove()
     # chapter 5's legend runs along the top of the panels; for the front page it goes below, in two columns
     for leg in list(fig.legends):
         handles, labels = leg.legend_handles, [t.get_text() for t in leg.get_texts()]
