@@ -118,7 +118,8 @@ def test_every_shown_table_goes_through_tables_show(page):
 
 
 def test_chapter_five_loads_plotly_from_the_book():
-    data = {"factors": [1.0], "contexts": [4096], "hits": [0.5], "maps": [], "bars": []}
+    data = {"factors": [1.0], "contexts": [4096], "hits": [0.5], "maps": [], "bars": [], "colors": ["#000"],
+            "layout_labels": ["HBM only"]}
     book = figures.interactive_map_html(data, "m", plotly_js="book")
     inline = figures.interactive_map_html(data, "m")
     assert len(book) < 50_000 < 1_000_000 < len(inline)
