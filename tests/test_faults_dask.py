@@ -143,8 +143,11 @@ def test_sweep_interrupted_stops_at_once_and_resumes(tmp_path):
     sweep, markers, env = _fault_chapter(tmp_path, "fi", [1, 2, 3])
     out = tmp_path / "runs"
     cmd = [sys.executable, "-m", "analysis.rerun", "--sweep", str(sweep), "--jobs", "2", "--out", str(out)]
+    # SIGINT at its default in the command (a process started with SIGINT ignored, as a test run in the
+    # background is, passes that on, and Python then never raises KeyboardInterrupt)
     p = subprocess.Popen(cmd, cwd=REPO, env=env, start_new_session=True, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True)
+                         stderr=subprocess.STDOUT, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         t0 = time.time()
         while len(list(markers.glob("started-*"))) < 2 and p.poll() is None and time.time() - t0 < 180:
