@@ -37,8 +37,17 @@ def fig_hit_curve(tr, hc, h: dict):
                 color=plots.PALETTE[i + 1], ms=7,
                 label=f"{p_name.upper() if p_name == 'lfu' else 'Belady, the offline bound'} (sampled)")
     ax.axhline(hc.infinite_token_hit_rate, color="grey", lw=1)
-    for x, lab in ((h["hbm_tok"], "HBM of one instance"), (h["local_dram"], "Mooncake: local DRAM 3M"),
-                   (h["sat_pub"], "Mooncake: ~50M")):
+    _hit_rate_axes(ax, ((h["hbm_tok"], "HBM of one instance"), (h["local_dram"], "Mooncake: local DRAM 3M"),
+                        (h["sat_pub"], "Mooncake: ~50M")), ylabel="prefix-cache hit rate",
+                   top=max(0.05, hc.infinite_token_hit_rate * 1.15))
+    plots.legend_below(fig, ncol=2)
+    return fig
+
+
+def _hit_rate_axes(ax, marks, *, ylabel: str, top: float) -> None:
+    """A hit-rate-against-capacity panel's axes: log capacity in tokens, percent hit rate up to ``top``,
+    and a dotted vertical line labelled at its foot for each ``(capacity, label)`` of ``marks``."""
+    for x, lab in marks:
         ax.axvline(x, ls=":", color="k", lw=1)
         ax.annotate(lab, (x, 0.02), rotation=90, fontsize=plots.SMALL_PT, xytext=(3, 0),
                     textcoords="offset points")
@@ -46,10 +55,8 @@ def fig_hit_curve(tr, hc, h: dict):
     ax.xaxis.set_major_formatter(mticker.EngFormatter(sep=""))
     ax.yaxis.set_major_formatter(mticker.PercentFormatter(1.0))
     ax.set_xlabel("cache capacity (tokens)")
-    ax.set_ylabel("prefix-cache hit rate")
-    ax.set_ylim(0, max(0.05, hc.infinite_token_hit_rate * 1.15))
-    plots.legend_below(fig, ncol=2)
-    return fig
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(0, top)
 
 
 def fig_load_vs_recompute(models_grid, gpu: str, tp: int, kv_dtype: str, dep, prefix=None):
@@ -362,15 +369,7 @@ def fig_agent_hit_curves(cmp: dict):
     for i, (name, (caps, rate)) in enumerate(cmp["curves"].items()):
         ax.plot(caps, rate, color=plots.PALETTE[i], lw=2 if i == 0 else 1.6, ls="-" if i == 0 else "--",
                 label=name)
-    for x, lab in ((cmp["hbm_tok"], "HBM of one instance"), (cmp["local_dram"], "Mooncake: local DRAM 3M")):
-        ax.axvline(x, ls=":", color="k", lw=1)
-        ax.annotate(lab, (x, 0.02), rotation=90, fontsize=plots.SMALL_PT, xytext=(3, 0),
-                    textcoords="offset points")
-    ax.set_xscale("log")
-    ax.xaxis.set_major_formatter(mticker.EngFormatter(sep=""))
-    ax.yaxis.set_major_formatter(mticker.PercentFormatter(1.0))
-    ax.set_xlabel("cache capacity (tokens)")
-    ax.set_ylabel("prefix-cache hit rate (tokens)")
-    ax.set_ylim(0, 1)
+    marks = ((cmp["hbm_tok"], "HBM of one instance"), (cmp["local_dram"], "Mooncake: local DRAM 3M"))
+    _hit_rate_axes(ax, marks, ylabel="prefix-cache hit rate (tokens)", top=1)
     plots.legend_below(fig, ncol=2)
     return fig
