@@ -122,8 +122,15 @@ def closure(roots) -> list[str]:
             continue
         seen.add(m)
         f = module_file(m)
-        todo.extend(imports_of(_parse(f), m, f.name == "__init__.py") - seen)
+        st = f.stat()
+        todo.extend(_module_imports(str(f), st.st_mtime_ns, st.st_size, m) - seen)
     return sorted(seen)
+
+
+@functools.lru_cache(maxsize=1024)
+def _module_imports(file: str, mtime_ns: int, size: int, module: str) -> frozenset:
+    """:func:`imports_of` one module's source, once per process for that source."""
+    return frozenset(imports_of(_parse(Path(file)), module, Path(file).name == "__init__.py"))
 
 
 # --------------------------------------------------------------------------------------- files
@@ -265,13 +272,22 @@ def chapter_deps(path) -> dict:
 
 
 def module_files_read(modules) -> set[str]:
+    cands = tuple(candidate_files())
     out = set()
     for m in modules:
         if m in _NOT_SCANNED:
             continue  # the loader (and this module) name every file; their callers decide what is read
         f = module_file(m)
-        out |= files_read(_parse(f), m, f.name == "__init__.py")
+        st = f.stat()
+        out |= _module_files_read(str(f), st.st_mtime_ns, st.st_size, m, cands)
     return out
+
+
+@functools.lru_cache(maxsize=1024)
+def _module_files_read(file: str, mtime_ns: int, size: int, module: str, cands: tuple) -> frozenset:
+    """:func:`files_read` of one module, once per process for its source and the candidate files
+    (what it reads depends on nothing else; a page's key scans ~30 modules, and pages share most)."""
+    return frozenset(files_read(_parse(Path(file)), module, Path(file).name == "__init__.py"))
 
 
 def module_deps(roots) -> dict:

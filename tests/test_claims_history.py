@@ -2,6 +2,7 @@
 (comparison, tolerance, reference, quantity, ...) after a claim was declared must be an amendment
 entry of that claim (old and new fields, date, reason), and every entry must be a change that happened.
 Skipped, with the reason, where the git history is not available (no git, not a clone, a shallow one)."""
+import functools
 import re
 import shutil
 import subprocess
@@ -15,6 +16,7 @@ from analysis import claims
 ROOT = Path(__file__).resolve().parents[1]
 FILE = "data/claims.yaml"
 WORKTREE = "working tree"
+LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~10x faster on 20 versions of 86 KB
 
 
 def _git(*args):
@@ -37,14 +39,20 @@ def _history_or_skip():
 
 def _claims_at(rev):
     if rev == WORKTREE:
-        text = (ROOT / FILE).read_text(encoding="utf-8")
-    else:
-        r = _git("show", f"{rev}:{FILE}")
-        if r.returncode != 0:
-            return None
-        text = r.stdout
+        return _parse((ROOT / FILE).read_text(encoding="utf-8"))
+    return _claims_at_commit(rev)
+
+
+@functools.lru_cache(maxsize=None)
+def _claims_at_commit(rev):
+    """A commit's claims (a commit never changes: read once per process; callers do not mutate it)."""
+    r = _git("show", f"{rev}:{FILE}")
+    return None if r.returncode != 0 else _parse(r.stdout)
+
+
+def _parse(text):
     try:
-        return (yaml.safe_load(text) or {}).get("claims") or {}
+        return (yaml.load(text, Loader=LOADER) or {}).get("claims") or {}
     except yaml.YAMLError:
         return None
 

@@ -88,6 +88,7 @@ print(json.dumps(sorted(m for m in sys.modules if m == "analysis" or m.startswit
 """
 
 
+@pytest.mark.slow  # a fresh interpreter per page importing its modules: ~5-10 s each
 @pytest.mark.parametrize("page", [p.name for p in build.pages()])
 def test_static_closure_covers_the_modules_a_page_loads(page):
     """Run the page's import statements (its schema's among them) in a fresh interpreter: every

@@ -440,6 +440,7 @@ def test_every_figure_function_is_checked(chapter_figures):
     assert {k for k in vars(importlib.import_module(module)) if k.startswith("fig_")} == set(figs)
 
 
+@pytest.mark.slow  # renders every figure of the book three times: 2-35 s per chapter
 def test_every_figure_follows_the_book_style(chapter_figures):
     module, figs = chapter_figures
     failures = []
