@@ -37,6 +37,12 @@ def test_every_gpu_of_the_hardware_table_is_mapped_to_a_package_folder():
     assert set(specs.hardware_names("gpu")) == set(M.DEVICE_TABLES)
     for dev, (folder, comm, note) in M.DEVICE_TABLES.items():
         for kind in M.TABLE_KINDS:  # every table the backend reads exists for every mapped GPU
+            if kind == "deepep_ll":  # SGLang's DeepEP tables, for the 8-GPU boards
+                assert (folder in M.DEEPEP_FOLDERS) == (kind in M.TABLE_KINDS and folder in {
+                    "h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm"}), dev
+                if folder in M.DEEPEP_FOLDERS:
+                    assert M.table_path(folder, kind, M.DEEPEP_FRAMEWORK).is_file(), (dev, kind)
+                continue
             assert M.table_path(folder, kind).is_file(), (dev, kind)
         assert comm or ("own links" in note), dev  # a chip measured on another's links says so
     assert M.DEVICE_TABLES["H800-SXM5-80GB"][:2] == ("h100_sxm", False)
