@@ -60,3 +60,20 @@ def test_moe_op_carries_the_expert_shape_and_the_rest_adds_up():
     roof = np.maximum(op.flops / (1e15 * eff.compute), op.bytes_ / (3e12 * eff.bandwidth))
     np.testing.assert_allclose(t, s.n_dense * 0 + roof * s.n_moe + fw.ffn_block(
         fw.replace(s, n_moe=0), prec, eff, 1e15, 3e12, tokens=np.array([8.0, 4096.0]), n=16.0), rtol=1e-12)
+
+
+def test_production_cells_can_be_priced_by_the_measured_tables():
+    """``production.decode_throughput(backend="measured")`` prices the same search through the
+    measured tables (H800: H100's expert GEMMs, its own links), and it changes the answer."""
+    from analysis import measured as M
+    from analysis.disagg import production as P
+    from analysis.disagg import search as S
+
+    d = P.measured_device(H800, "fp8")
+    assert d["backend"] == M.backend_name(H800) and d["domain"] == 8.0
+    g = S.Grid(sizes=(16,), tps=(1,), batches=(1024,), microbatches=(1,), overlaps=(1,))
+    r = {b: P.decode_throughput("DeepSeek-V3", H800, "D", budget=16, grid=g, backend=b)["tpot_s"]
+         for b in ("roofline", "measured")}
+    assert np.isfinite(r["measured"]) and r["measured"] != pytest.approx(r["roofline"], rel=1e-3)
+    with pytest.raises(S.SearchError, match="backend"):
+        P.decode_throughput("DeepSeek-V3", H800, "D", budget=16, grid=g, backend="tables")

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import measured as M
 from ..forward import Efficiency, Precision
-from . import des
+from . import des, devices
 from . import search as S
 
 # decode at a mean context of `context` tokens: prompts of context - OUT/2 tokens, OUT output tokens
@@ -66,15 +67,27 @@ def best_decode(model, device, mode: str, wl: S.Workload, *, tpot_slo_s: float, 
             "candidates": int(len(tps)), "tpot_batch1_s": float(c["tpot"][j]), "batch1": float(c["batch"][j])}
 
 
+def measured_device(device, precision: str) -> dict:
+    """The device dict of ``device`` (a name or a :func:`.devices.device` dict) priced by its measured
+    kernel tables (:mod:`analysis.measured`; the roofline where they have no entry)."""
+    d = devices.device(device, precision) if isinstance(device, str) else dict(device)
+    return {**d, "backend": M.device(d["name"], Precision.named(precision))["backend"]}
+
+
 def decode_throughput(model, device: str, mode: str, *, context: float = 4096.0, tpot_slo_s: float = 0.05,
                       precision: str = "fp8", budget: int = VALIDATION_BUDGET, eff: Efficiency = Efficiency(),
-                      grid: S.Grid | None = None) -> dict:
+                      grid: S.Grid | None = None, backend: str = "roofline") -> dict:
     """:func:`best_decode` in a production report's setting: mean context ``context`` (prompts of
     ``context - OUT_TOKENS / 2`` tokens, ``OUT_TOKENS`` output tokens), ``precision`` (FP8 by
-    default), the validation grid (:func:`validation_grid`). Returns the throughput (tokens/s per
+    default), the validation grid (:func:`validation_grid`), operators priced by ``backend``
+    (``"roofline"``, or ``"measured"``: :func:`measured_device`). Returns the throughput (tokens/s per
     device, NaN if nothing meets the SLO), the TPOT (s) and the chosen configuration."""
     if mode not in ("D", "AFD"):
         raise S.SearchError(f"mode must be 'D' or 'AFD', got {mode!r}")
+    if backend not in ("roofline", "measured"):
+        raise S.SearchError(f"backend must be 'roofline' or 'measured', got {backend!r}")
+    if backend == "measured":
+        device = measured_device(device, precision)
     wl = S.Workload(max(1.0, context - OUT_TOKENS / 2), OUT_TOKENS)
     r = best_decode(model, device, mode, wl, tpot_slo_s=tpot_slo_s, prec=Precision.named(precision), eff=eff,
                     grid=grid or validation_grid(budget), budget=budget)
