@@ -62,3 +62,23 @@ def test_distserve_replays_the_per_request_lengths(monkeypatch):
     assert all(wl.lengths is None for wl in seen["wl"])
     with pytest.raises(ValueError, match="lengths"):
         P.distserve_gain(lengths="trace")
+
+
+def test_with_lengths_the_pd_plan_is_chosen_by_replayed_goodput(monkeypatch):
+    """DistServe's placement search: each candidate PD plan (the screen's best, and its best at each
+    TP degree) is replayed on the lengths and the best goodput kept; with means only the screen's best."""
+    calls = []
+
+    def fake_goodput(plan, model, wl, slo, *, budget, chunked, **kw):
+        tp = max(u["tp"] for u in plan.units)
+        calls.append((chunked, tp))
+        return {"rate_per_device": 10.0 * tp if chunked else 1.0}
+
+    monkeypatch.setattr(P, "goodput", fake_goodput)
+    r = P.distserve_gain(n_requests=50)
+    pd_tps = sorted({tp for c, tp in calls if c})
+    assert len(pd_tps) >= 2 and r["PD"]["rate_per_device"] == 10.0 * max(pd_tps)
+    assert r["gain"] == pytest.approx(10.0 * max(pd_tps)) and len(r["PD_candidates"]) == len(pd_tps)
+    calls.clear()
+    P.distserve_gain(n_requests=50, lengths="means")
+    assert sum(c for c, _ in calls) == 1  # the screen's best only

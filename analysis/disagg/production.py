@@ -180,8 +180,12 @@ def distserve_gain(model="OPT-13B", device="A100-SXM4-80GB", *, budget: int = 8,
     both at :data:`DISTSERVE_SLO`, Poisson arrivals. The replay's requests carry ShareGPT's per-request
     lengths (``lengths="sharegpt"``: :func:`sharegpt_lengths`, ``n_requests`` pairs drawn with
     ``seed``, so the tail of long prompts stalls the colocated engine) or every request the means
-    (``lengths="means"``, the cell before issue 27). FP16 as DistServe ran it is priced as ``bf16``
-    (the same bytes and tensor-core rate on Ampere)."""
+    (``lengths="means"``, the cell before issue 27). With per-request lengths the PD plan is chosen as
+    DistServe's placement search chooses it, by simulated goodput on the lengths: the screen's best
+    plan at the means and its best at each tensor-parallel degree are replayed and the best kept
+    (``PD_candidates`` lists them; a plan sized for the mean prompt misses the TTFT SLO on the long
+    ones even unloaded). FP16 as DistServe ran it is priced as ``bf16`` (the same bytes and
+    tensor-core rate on Ampere)."""
     if lengths not in ("sharegpt", "means"):
         raise ValueError(f"lengths must be 'sharegpt' or 'means', got {lengths!r}")
     per_req = None
@@ -190,16 +194,35 @@ def distserve_gain(model="OPT-13B", device="A100-SXM4-80GB", *, budget: int = 8,
     wl = S.Workload(*SHAREGPT_MEAN_LENGTHS, lengths=per_req)
     prec = Precision.named(precision)
     hw = S.default_hardware(device)
-    g = S.Grid(tps=(1, 2, 4, 8), sizes=S._p2(1, budget))
-    pd_plan = S.best_plan("PD", model, wl, DISTSERVE_SLO, hw, budget=budget, prec=prec, eff=eff, grid=g)
+    tps = (1, 2, 4, 8)
+    g = S.Grid(tps=tps, sizes=S._p2(1, budget))
+    # PD candidates: the screen's best at the means; with per-request lengths also its best at each
+    # tensor-parallel degree, the one kept being the best replayed goodput (DistServe's placement search
+    # simulates each parallel configuration on the workload's length distribution, its section 4)
+    cands = [(g, S.best_plan("PD", model, wl, DISTSERVE_SLO, hw, budget=budget, prec=prec, eff=eff, grid=g))]
+    if per_req is not None:
+        for t in tps:
+            gt = S.Grid(tps=(t,), sizes=S._p2(1, budget))
+            plan = S.best_plan("PD", model, wl, DISTSERVE_SLO, hw, budget=budget, prec=prec, eff=eff, grid=gt)
+            cands.append((gt, plan))
     g1 = S.Grid(tps=(1,), sizes=(1,))
     c_plan = S.best_plan("C", model, wl, DISTSERVE_SLO, hw, budget=1, prec=prec, eff=eff, grid=g1)
-    out = {}
-    for name, plan, gg, b, chunked in [("PD", pd_plan, g, budget, True), ("vLLM", c_plan, g1, 1, False)]:
-        if not plan.feasible:
-            out[name] = {"rate_per_device": float("nan"), "reason": plan.reason}
+    out, seen, tried = {}, set(), []
+    for gg, plan in cands:
+        key = repr([(u["unit"], u["size"], u["tp"]) for u in plan.units]) if plan.feasible else None
+        if not plan.feasible or key in seen:
             continue
-        out[name] = goodput(plan, model, wl, DISTSERVE_SLO, budget=b, chunked=chunked, n_requests=n_requests,
-                            seed=seed, prec=prec, eff=eff, grid=gg)
+        seen.add(key)
+        r = goodput(plan, model, wl, DISTSERVE_SLO, budget=budget, chunked=True, n_requests=n_requests,
+                    seed=seed, prec=prec, eff=eff, grid=gg)
+        r["plan"] = key
+        tried.append(r)
+    out["PD"] = (max(tried, key=lambda r: r["rate_per_device"]) if tried else
+                 {"rate_per_device": float("nan"), "reason": cands[0][1].reason})
+    out["PD_candidates"] = [(r["plan"], r["rate_per_device"]) for r in tried]
+    out["vLLM"] = (goodput(c_plan, model, wl, DISTSERVE_SLO, budget=1, chunked=False, n_requests=n_requests,
+                           seed=seed, prec=prec, eff=eff, grid=g1) if c_plan.feasible else
+                   {"rate_per_device": float("nan"), "reason": c_plan.reason})
     out["gain"] = out["PD"]["rate_per_device"] / out["vLLM"]["rate_per_device"]
+    out["lengths"] = lengths
     return out
