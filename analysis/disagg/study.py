@@ -318,6 +318,8 @@ EP_SENSITIVITY = (
     ("memory reserve 30%", {"mem_reserve": 0.3}, None),
     ("memory reserve 50%", {"mem_reserve": 0.5}, None),
     ("no two-micro-batch overlap", {}, (1,)),
+    # the overlap before issue 27 (Efficiency.overlap is now an estimate below 1)
+    ("perfect two-micro-batch overlap", {"overlap": 1.0}, None),
     # DeepEP's low-latency kernels (DeepSeek's decode) send every token over RDMA, none over NVLink
     ("all-to-all over the NICs only", {}, "no-domain"),
 )
