@@ -708,14 +708,15 @@ def _price_moe(device, folder, framework, op, eff, roof, detail):
     args = (sh["hidden"], sh["inter"], sh["k"], sh["n_experts"])
     imb = sh.get("imbalance", 1.0)
     sec, code = moe_seconds(folder, sh["tokens"], sh["n"], *args, op.dtype, imb, framework)
-    sec, code = np.broadcast_arrays(sec, code)
-    if np.any(code != MEASURED):  # shapes or sizes the MoE table lacks: per-expert GEMMs
-        g_sec, g_code = expert_gemm_seconds(folder, sh["tokens"], sh["experts"], sh["n_experts"], sh["k"],
-                                            sh["hidden"], sh["inter"], sh.get("gated", True), op.dtype,
-                                            sh.get("imbalance", 1.0), framework)
-        g_sec, g_code = np.broadcast_arrays(g_sec, g_code)
-        miss = code != MEASURED
-        sec, code = np.where(miss, g_sec, sec), np.where(miss, g_code, code).astype(np.int8)
+    shp = np.broadcast_shapes(np.shape(sec), np.shape(sh["tokens"]), np.shape(sh["experts"]), np.shape(imb))
+    sec, code = (np.array(np.broadcast_to(x, shp)) for x in (sec, code))
+    miss = code != MEASURED
+    if miss.any():  # shapes or sizes the MoE table lacks: per-expert GEMMs, for those plans only
+        sub = [np.broadcast_to(np.asarray(x, dtype=float), shp)[miss]
+               for x in (sh["tokens"], sh["experts"], imb)]
+        sec[miss], code[miss] = expert_gemm_seconds(folder, sub[0], sub[1], sh["n_experts"], sh["k"],
+                                                    *args[:2], sh.get("gated", True), op.dtype, sub[2],
+                                                    framework)
     rest = np.maximum(sh["rest_flops"] / (op.peak * eff.compute), sh["rest_bytes"] / (op.bw * eff.bandwidth))
     sec, code, roof, rest = np.broadcast_arrays(sec, code, roof, rest)
     ok = code == MEASURED
