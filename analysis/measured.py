@@ -131,6 +131,10 @@ TABLE_KINDS = {
     # routed experts of one MoE layer on one GPU: global tokens entering the layer, EP size
     "moe": ("moe", "moe_perf", ("num_tokens", "moe_ep_size"), (),
             ("moe_dtype", "hidden_size", "inter_size", "topk", "num_experts", "distribution", "moe_tp_size")),
+    # SGLang's wide-EP decode MoE (DeepEP + DeepGEMM masked grouped GEMM): global tokens, EP size
+    "moe_wideep": ("moe", "wideep_generation_moe_perf", ("num_tokens", "moe_ep_size"), (),
+                   ("moe_dtype", "hidden_size", "inter_size", "topk", "num_experts", "distribution",
+                    "moe_tp_size")),
     # DeepEP low-latency dispatch + combine: tokens per rank, at a node count (8 GPUs a node)
     "deepep_ll": ("comm", "wideep_deepep_ll_perf", ("num_token",), (),
                   ("node_num", "hidden_size", "num_topk", "num_experts")),
@@ -166,6 +170,10 @@ MOE_DISTRIBUTION = "balanced"  # the load imbalance is forward's moe_imbalance, 
 DEEPEP_FRAMEWORK = "sglang"    # the DeepEP tables are SGLang's (wide-EP) measurements
 GPUS_PER_NODE = 8              # DeepEP's node_num counts 8-GPU HGX nodes
 DEEPEP_FOLDERS = ("h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm")  # 8-GPU boards (not NVL72 racks)
+# Wide expert parallelism (EP across nodes) runs DeepEP's dispatch with DeepGEMM's masked grouped GEMM
+# (DeepSeek's and SGLang's decode): from this EP size on, the MoE operator reads SGLang's wide-EP
+# generation table where it has the shape and the point, TensorRT-LLM's fused-MoE table otherwise.
+WIDE_EP_MIN = 16
 KIND_REASONS = {
     "attention": "attention: the tables are keyed on query heads and head size, which forward.Op does not "
                  "carry yet (shape keys heads, head_dim; issue 27 item 2)",
@@ -543,16 +551,38 @@ def moe_seconds(folder: str, tokens, ep, hidden, inter, topk, n_experts, dtype: 
     busiest GPU sees ``imbalance`` times the mean load (:attr:`analysis.forward.Efficiency.moe_imbalance`),
     which a balanced kernel sees at that many tokens. Log-log interpolation in tokens and EP size
     (EP 144 between the measured 128 and 256). A shape (hidden, intermediate, top-k, experts) the table
-    did not measure for the dtype is code 9; outside the measured tokens or EP sizes, code 5."""
+    did not measure for the dtype is code 9; outside the measured tokens or EP sizes, code 5. From EP
+    :data:`WIDE_EP_MIN` on, SGLang's wide-EP generation table (DeepEP + DeepGEMM, uniform routing) is
+    read instead where it holds the shape and the point (H100/H200: DeepSeek-V3's shape in block FP8):
+    at EP 128 and 16k tokens it measures about a third of TensorRT-LLM's fused-MoE latency, whose
+    ranks each handle the global token set."""
     tok = np.asarray(tokens, dtype=float) * np.asarray(imbalance, dtype=float)
     ep = np.asarray(ep, dtype=float)
+    shape = np.broadcast_shapes(tok.shape, ep.shape)
+    sec, code = np.full(shape, np.nan), np.full(shape, 9, dtype=np.int8)
     t = merged_table(folder, "moe", framework)
     for dt in MOE_DTYPES.get(dtype, (dtype,)):
         g = t.grid((dt, int(hidden), int(inter), int(topk), int(n_experts), MOE_DISTRIBUTION, 1))
         if g is not None:
-            return interpolate(g, (tok, ep))
-    shape = np.broadcast_shapes(tok.shape, ep.shape)
-    return np.full(shape, np.nan), np.full(shape, 9, dtype=np.int8)
+            sec, code = (np.array(np.broadcast_to(x, shape)) for x in interpolate(g, (tok, ep)))
+            break
+    wide = ep >= WIDE_EP_MIN
+    if np.any(wide) and _has_wideep(folder):
+        tw = merged_table(folder, "moe_wideep", DEEPEP_FRAMEWORK)
+        for dt in MOE_DTYPES.get(dtype, (dtype,)):
+            g = tw.grid((dt, int(hidden), int(inter), int(topk), int(n_experts), "uniform", 1))
+            if g is not None:
+                ws, wc = (np.broadcast_to(x, shape) for x in interpolate(g, (tok, ep)))
+                use = wide & (wc == MEASURED)
+                sec, code = np.where(use, ws, sec), np.where(use, wc, code).astype(np.int8)
+                break
+    return sec, code
+
+
+@functools.lru_cache(maxsize=None)
+def _has_wideep(folder: str) -> bool:
+    stem = TABLE_KINDS["moe_wideep"][1]
+    return any((data_root() / folder / "moe" / DEEPEP_FRAMEWORK).glob(f"*/{stem}.parquet"))
 
 
 def expert_gemm_seconds(folder: str, tokens, experts, n_experts, topk, hidden, inter, gated=True,
