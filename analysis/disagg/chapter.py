@@ -329,6 +329,7 @@ def production_values(prod: pd.DataFrame, eff_cal, verdicts: dict) -> dict:
     dcfg = json.loads(dsv3["config"]) if isinstance(dsv3["config"], str) else dict(dsv3["config"])
     return {"ch3_prod_budget": (PROD_BUDGET, INT), "ch3_prod_cal_compute": (eff_cal.compute, "{:.2f}"),
             "ch3_prod_cal_bw": (eff_cal.bandwidth, "{:.2f}"), "ch3_mem_reserve": (eff_cal.mem_reserve, PCT),
+            "ch3_overlap": (eff_cal.overlap, PCT), "ch3_moe_imbalance": (eff_cal.moe_imbalance, "{:.1f}"),
             "ch3_prod_s3_afd_raw": (float(prod.loc[0, "raw"]), INT),
             "ch3_prod_dsv3_raw": (float(prod.loc[1, "raw"]), INT),
             "ch3_prod_s3_afd": (s3a["simulated"], INT), "ch3_prod_s3_afd_pub": (s3a["published"], INT),
