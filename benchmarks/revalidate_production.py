@@ -6,8 +6,9 @@ kernel tables, at the declared two-micro-batch overlap and at perfect overlap, s
 Prints decode tokens/s per GPU of StepFun's cells (Step-3 AFD, DeepSeek-V3 EP decode, Step-3 EP decode on
 H800, up to 256 GPUs; published: 4,039 and 2,324), MegaScale-Infer's AFD-over-EP gain (Mixtral-8x22B and
 DBRX on A800, BF16, up to 64 GPUs; published up to 1.28x) and DistServe's PD goodput gain (OPT-13B on
-A100 with ShareGPT's per-request lengths, and at the mean lengths; published 2.0-4.6x). The attention/FFN
-ring (analysis.disagg.search.af_layer_time) keeps perfect overlap whatever Efficiency.overlap says.
+A100 with ShareGPT's per-request lengths, and at the mean lengths; published 2.0-4.6x). The declared
+overlap applies to the colocated two-micro-batch overlap and to the attention/FFN ring
+(analysis.disagg.search.af_layer_time) alike, by the one rule analysis.forward.pipelined.
 """
 from __future__ import annotations
 

@@ -42,6 +42,25 @@ def test_overlap_is_a_declared_imperfect_parameter():
         fw.Efficiency(overlap=1.5).check()
 
 
+def test_the_attention_ffn_ring_takes_the_same_overlap():
+    """One overlap rule everywhere the time model overlaps communication and compute: an
+    attention/FFN split's pass with two ping-pong micro-batches (search._split_step, what the AFD
+    search and the event simulation price) moves with Efficiency.overlap as colocated EP decode does."""
+    from analysis.disagg import devices
+    from analysis.disagg import search as S
+
+    s, prec = fw.shape("Step-3"), fw.Precision.named("fp8")
+    d = devices.device(H800, "fp8")
+    kw = dict(tp=4.0, n_a=32.0, n_f=16.0, m=2.0, dec_seqs=2048.0, dec_ctx=4096.0)
+    t = [float(S._split_step(s, prec, fw.Efficiency(overlap=o), d, d, **kw)) for o in (1.0, 0.8, 0.0)]
+    assert t[0] < t[1] < t[2]
+    # the declared share of what perfect pipelining hides: linear in overlap, 0.8 of the way
+    assert t[1] == pytest.approx(t[2] - 0.8 * (t[2] - t[0]), rel=1e-12)
+    one = [float(S._split_step(s, prec, fw.Efficiency(overlap=o), d, d, **{**kw, "m": 1.0}))
+           for o in (1.0, 0.0)]
+    assert one[0] == pytest.approx(one[1], rel=1e-12)  # one micro-batch: nothing to hide
+
+
 def test_moe_op_carries_the_expert_shape_and_the_rest_adds_up():
     """The MoE operator names hidden and intermediate sizes (what the measured tables are keyed on) and
     splits off the shared experts and router (priced apart from the routed experts); the roofline sum

@@ -356,7 +356,7 @@ def pipeline_example(prod: pd.DataFrame, eff_cal) -> dict:
     a, f, x = (float(np.asarray(v)) for v in S.split_layer_parts(
         s3, p8, eff_cal, d, d, tp=c["tp"], n_a=c["n_a"], n_f=c["n_f"], m=c["m"], dec_seqs=c["batch"],
         dec_ctx=4096.0))
-    layer = float(S.af_layer_time(a, f, x, c["m"]))
+    layer = float(S.af_layer_time(a, f, x, c["m"], eff_cal.overlap))
     return {"config": c, "a": a, "f": f, "x": x, "layer": layer, "n_layers": s3.n_layers,
             "pass": s3.n_layers * layer + eff_cal.step_overhead_s, "tpot_ms": float(s3a["tpot_ms"])}
 
