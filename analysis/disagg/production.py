@@ -8,17 +8,13 @@ GPU within the budget and keeps the best one that meets the TPOT SLO.
 """
 from __future__ import annotations
 
-import functools
-import pickle
-import pickletools
-
 import numpy as np
 
-from .. import data, specs
 from .. import forward as costs
 from .. import measured as M
+from .. import specs
 from ..forward import Efficiency, Precision
-from . import des, devices
+from . import des, devices, sharegpt
 from . import search as S
 
 # decode at a mean context of `context` tokens: prompts of context - OUT/2 tokens, OUT output tokens
@@ -118,42 +114,18 @@ ATTAINMENT = 0.90                               # goodput: the highest rate meet
 SHAREGPT_MEAN_LENGTHS = (161.31, 337.99)
 # ... and the per-request lengths behind them: the vLLM paper's artifact (data registry
 # ``sharegpt_opt_lengths``), requests whose prompt plus output fit OPT's 2,048-token context (their
-# means are SHAREGPT_MEAN_LENGTHS), drawn with a seed. DistServe samples ShareGPT for its chatbot
-# workload with OPT models; its own sample is not published, so this distribution stands for it.
-SHAREGPT_LENGTHS = "sharegpt_opt_lengths"
-_PICKLE_CODE_OPS = {"GLOBAL", "STACK_GLOBAL", "REDUCE", "INST", "OBJ", "NEWOBJ", "NEWOBJ_EX", "BUILD",
-                    "EXT1", "EXT2", "EXT4", "PERSID", "BINPERSID"}
-
-
-@functools.lru_cache(maxsize=4)
-def _sharegpt_pairs(path: str) -> np.ndarray:
-    raw = open(path, "rb").read()
-    try:
-        ops = {op.name for op, _, _ in pickletools.genops(raw)}
-    except Exception as e:
-        raise data.DataError(f"{path} is not the ShareGPT length pickle ({e}); delete it and fetch it again "
-                             f"(data/registry.yaml: {SHAREGPT_LENGTHS})") from e
-    if ops & _PICKLE_CODE_OPS:  # never run code from a data file: plain lists and tuples of ints only
-        raise data.DataError(f"{path} holds pickle opcodes that run code ({sorted(ops & _PICKLE_CODE_OPS)}); "
-                             f"it is not the registered ShareGPT length file: delete it")
-    a = np.asarray(pickle.loads(raw), dtype=float)
-    if a.ndim != 2 or a.shape[1] != 2 or len(a) == 0 or not np.all(a >= 0):
-        raise data.DataError(f"{path}: expected a list of (input, output) token counts, got shape {a.shape}")
-    return a
+# means are SHAREGPT_MEAN_LENGTHS). The book and CI read a seeded sample of it committed with its
+# provenance (results/sharegpt_lengths/, :mod:`.sharegpt`, ``make sharegpt-lengths``), never the file.
+# DistServe samples ShareGPT for its chatbot workload with OPT models; its own sample is not published,
+# so this distribution stands for it.
 
 
 def sharegpt_lengths(n: int, *, max_context: float = 2048.0, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """``n`` (input, output) token-length pairs of ShareGPT conversations (first rounds, OPT tokenizer;
-    :data:`SHAREGPT_LENGTHS` in the data registry), drawn with ``seed`` without replacement from the
-    pairs whose prompt and output fit ``max_context`` tokens together and have at least one token each
-    (as the vLLM paper filtered them for OPT; their means are :data:`SHAREGPT_MEAN_LENGTHS`)."""
-    a = _sharegpt_pairs(str(data.path(SHAREGPT_LENGTHS)))
-    a = a[(a.sum(axis=1) <= max_context) & (a >= 1).all(axis=1)]
-    if n < 1 or n > len(a):
-        raise ValueError(f"n must be 1..{len(a)} requests (ShareGPT pairs within {max_context:g} tokens), "
-                         f"got {n}")
-    pick = np.random.default_rng(seed).choice(len(a), size=int(n), replace=False)
-    return a[pick, 0].copy(), a[pick, 1].copy()
+    """``n`` (input, output) token-length pairs of ShareGPT conversations (first rounds, OPT tokenizer),
+    drawn with ``seed`` without replacement from the committed sample's pairs whose prompt and output
+    fit ``max_context`` tokens together (:func:`.sharegpt.lengths`; the sample's means are close to
+    :data:`SHAREGPT_MEAN_LENGTHS`)."""
+    return sharegpt.lengths(n, max_context=max_context, seed=seed)
 
 
 def goodput(plan, model, wl, slo, *, budget: int, chunked: bool = True, n_requests: int = 600, seed: int = 0,
