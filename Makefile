@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.kvbook-installed
 
-.PHONY: book test smoke install unit notebooks clean-cache clean linkcheck bench data lint long long-main agent-traces aic-side-by-side crosscheck
+.PHONY: book test smoke install unit notebooks clean-cache clean linkcheck bench data lint long long-main agent-traces sharegpt-lengths aic-side-by-side crosscheck
 
 $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -87,6 +87,12 @@ long-main: $(STAMP)
 #   make agent-traces AGENT_TRACES=/path/to/lmcache-agent-trace
 agent-traces: $(STAMP)
 	$(BIN)/python -m analysis.derive_traces --source "$(AGENT_TRACES)"
+
+# ShareGPT's per-request lengths for chapter 3's DistServe cell (the committed results/sharegpt_lengths/):
+# a seeded sample of the vLLM paper's length file (data registry sharegpt_opt_lengths, fetched and checked
+# against its sha256 by analysis.data); the book and CI read the sample, never the file. About a second.
+sharegpt-lengths: $(STAMP)
+	$(BIN)/python -m analysis.disagg.sharegpt
 
 # Issue 27 item 3: AIConfigurator's own estimator on the silicon runs of chapter 3's validation, in its
 # own environment (.aic-venv, requirements-aic.txt); writes results/aic_side_by_side/ (committed, with

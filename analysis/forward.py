@@ -18,10 +18,13 @@ Per layer, for the tokens of one forward pass on one *instance* of ``n = tp * dp
   load-imbalance factor on the expert FLOPs (the hottest device computes longest; each touched
   expert's weights are read once whatever its load);
 * communication: tensor-parallel all-reduce (two per layer), expert-parallel all-to-all (dispatch
-  and combine per MoE layer), each ``bytes / (link * link_eff) + latency``;
+  and combine per MoE layer; the busiest expert device moves the load-imbalance factor times the mean
+  traffic), each ``bytes / (link * link_eff) + latency``;
 * once per forward: LM head (and the embedding gather) and a fixed per-step overhead.
 
-Operators add up (no overlap between operators). Each operator is priced by a *backend* (see
+Operators add up (no overlap between operators), except that micro-batches may overlap one's
+communication with another's compute, hiding the share :attr:`Efficiency.overlap` of what perfect
+pipelining would hide (:func:`pipelined`). Each operator is priced by a *backend* (see
 "Backends" below): the default ``"roofline"`` backend costs a compute operator
 ``max(FLOPs / (peak * compute_eff), bytes / (bandwidth * bw_eff))`` (:func:`analysis.roofline.op_time`
 semantics) and a communication operator its wire time (bytes over the link at the link efficiency,
@@ -76,8 +79,17 @@ class Efficiency:
     step_overhead_s: float = 2e-3  # per forward pass: scheduler, sampling, launch
     layer_overhead_s: float = 2e-5 # per layer per forward pass: kernel launches not hidden
     collective_latency_s: float = 1e-5  # per collective (all-reduce, all-to-all, AF hop)
-    moe_imbalance: float = 1.2     # hottest device's expert load / mean load
+    moe_imbalance: float = 1.2     # hottest device's expert load / mean load (compute and all-to-all)
     mem_reserve: float = 0.1       # fraction of device memory kept free (activations, workspace)
+    # Share of the hideable time that micro-batch overlap actually hides (1: perfect pipelining,
+    # 0: micro-batches run one after another). ESTIMATE, not fitted: DeepSeek reports its two-micro-
+    # batch overlap as effective in decode and prefill but gives no fraction (DeepSeek-V3/R1 inference
+    # system overview, 2025-03-01, and github.com/deepseek-ai/profile-data); SGLang's single-batch-
+    # overlap PR (sgl-project/sglang#9660, 2025-08-26) reports two-batch overlap's decode gain is only
+    # positive at larger batches on Hopper (split MoE GEMMs below WGMMA's block_m of 64 waste compute,
+    # kernels of the two micro-batches contend for SMs). 0.8 is a round value below perfect; see
+    # :func:`overlap_time`.
+    overlap: float = 0.8
 
     def replace(self, **kw) -> "Efficiency":
         e = replace(self, **kw)
@@ -89,6 +101,8 @@ class Efficiency:
             v = getattr(self, f.name)
             if not np.isfinite(v) or v < 0:
                 raise ValueError(f"Efficiency.{f.name} must be finite and >= 0, got {v!r}")
+        if not 0 <= self.overlap <= 1:
+            raise ValueError(f"Efficiency.overlap must be in [0, 1], got {self.overlap!r}")
         for f in ("compute", "bandwidth", "link"):
             if not 0 < getattr(self, f) <= 1:
                 raise ValueError(f"Efficiency.{f} must be in (0, 1], got {getattr(self, f)!r}")
@@ -127,6 +141,8 @@ class Shape:
     embed_params: float
     lm_head_params: float
     max_context: float = float("inf")
+    moe_inter: float = 0.0      # intermediate size of one routed expert
+    moe_gated: bool = True      # gated (SwiGLU) experts: the up-projection is 2 * moe_inter wide
 
     @property
     def attn_weights(self) -> float:
@@ -179,6 +195,8 @@ def shape(model: str | ModelSpec) -> Shape:
         embed_params=float(m.vocab_size * m.hidden_size),
         lm_head_params=0.0 if m.tied_embeddings else float(m.vocab_size * m.hidden_size),
         max_context=float(m.max_context),
+        moe_inter=float(m.moe_intermediate) if m.is_moe else 0.0,
+        moe_gated=bool(m.ffn_gated),
     )
 
 
@@ -434,18 +452,15 @@ def ffn_block(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, tokens, n
         E, k = s.n_experts, s.k_active
         e_dev = experts_per_device(s, n)  # the device holding the most routed experts
         touched = e_dev * (1.0 - (1.0 - k / E) ** np.asarray(tokens, dtype=float))
-        f = (
-            2.0 * tokens * k * s.expert_params * e_dev / E * eff.moe_imbalance  # routed experts
-            + 2.0 * tokens * s.n_shared * s.expert_params / n  # shared: own tokens
-            + 2.0 * tokens * s.h * E / n
-        )  # router GEMM
-        b = (
-            (touched + s.n_shared) * s.expert_params * wb  # touched routed + replicated shared experts
-            + s.h * E * wb  # router weights, read once
-            + tokens * (k + 1) * s.h * ab * 2.0 / n
-        )
+        # the shared experts and the router (own tokens), which the measured MoE tables do not hold
+        rest_f = 2.0 * tokens * s.n_shared * s.expert_params / n + 2.0 * tokens * s.h * E / n
+        rest_b = s.n_shared * s.expert_params * wb + s.h * E * wb + tokens * s.h * ab * 2.0 / n
+        f = 2.0 * tokens * k * s.expert_params * e_dev / E * eff.moe_imbalance + rest_f  # routed + rest
+        b = touched * s.expert_params * wb + tokens * k * s.h * ab * 2.0 / n + rest_b
         op = Op("moe", {"tokens": tokens, "experts": e_dev, "n_experts": E, "k": k, "n_shared": s.n_shared,
-                        "expert_params": s.expert_params, "n": n}, f, b, peak, bw, dtype=prec.compute)
+                        "expert_params": s.expert_params, "n": n, "hidden": s.h, "inter": s.moe_inter,
+                        "gated": s.moe_gated, "imbalance": eff.moe_imbalance, "rest_flops": rest_f,
+                        "rest_bytes": rest_b}, f, b, peak, bw, dtype=prec.compute)
         t = t + price(op, eff, backend, s.n_moe)
     return t
 
@@ -504,10 +519,15 @@ def comm_time(
     tok = tokens / dp
     t = allreduce_time(s, prec, eff, link, tokens=tok, n=tp, per_layer=2, backend=backend)
     if s.n_moe:
-        out = 2.0 * tok * distinct_destinations(s, n) * s.h * ab * (n - 1) / n
+        # the busiest expert device receives (dispatch) and sends back (combine) moe_imbalance times the
+        # mean traffic, and the collective ends when it does
+        out = 2.0 * tok * distinct_destinations(s, n) * s.h * ab * (n - 1) / n * eff.moe_imbalance
         a2a = hierarchical_time(out, n, link, net, domain, eff) + 2 * eff.collective_latency_s
         a2a = np.where(n > 1, a2a, 0.0)
-        t = t + price(Op("alltoall", {"bytes": out, "n": n}, bytes_=out, wire_s=a2a), eff, backend, s.n_moe)
+        t = t + price(Op("alltoall", {"bytes": out, "n": n, "tokens": tok, "hidden": s.h, "k": s.k_active,
+                                      "n_experts": s.n_experts, "imbalance": eff.moe_imbalance,
+                                      "domain": domain, "act_bytes": ab},
+                         bytes_=out, wire_s=a2a), eff, backend, s.n_moe)
     else:
         # dense FFN split over all n devices with attention DP: gather/scatter around the FFN
         by = 2.0 * tok * s.h * ab
@@ -640,13 +660,22 @@ def colocated_pass_time(
         backend=_backend(dev),
     )
     c = ta + tf
-    return overlap_time(c, tc, m) + eff.step_overhead_s + s.n_layers * eff.layer_overhead_s
+    return overlap_time(c, tc, m, eff.overlap) + eff.step_overhead_s + s.n_layers * eff.layer_overhead_s
 
 
-def overlap_time(c, k, m):
+def overlap_time(c, k, m, overlap=1.0):
     """Compute ``c`` and communication ``k`` of one of ``m`` micro-batches, pipelined on two
-    resources: ``max(m * max(c, k), c + k)``; ``m = 1`` gives ``c + k``."""
-    return np.maximum(m * np.maximum(c, k), c + k)
+    resources: perfectly, ``max(m * max(c, k), c + k)``; ``m = 1`` gives ``c + k``. ``overlap`` is
+    the share of the hideable time that is hidden (:attr:`Efficiency.overlap`): :func:`pipelined`."""
+    return pipelined(m * (c + k), np.maximum(m * np.maximum(c, k), c + k), overlap)
+
+
+def pipelined(serial, perfect, overlap):
+    """Time of work that takes ``serial`` one micro-batch after another and ``perfect`` when every
+    hideable part is hidden: ``serial - overlap * (serial - perfect)`` (``overlap = 1``: perfect;
+    ``0``: no overlap). The one rule for imperfect micro-batch overlap (colocated two-micro-batch
+    overlap here; an attention/FFN ring takes the same rule with its own serial and perfect times)."""
+    return serial - overlap * (serial - perfect)
 
 
 def layerwise_overlap(compute, load, layers):

@@ -36,10 +36,22 @@ Operators covered (item 1 of issue 27)
   prefill without a cached prefix from ``context_attention_perf`` at ``(batch, isl = tokens /
   batch)``; a mixed pass or a prefill after a prefix falls back. :mod:`analysis.forward` does not pass
   ``heads``/``head_dim`` yet, so its attention falls back with that reason until it does.
-* every other kind (``moe``, ``state``, ``alltoall``, ``p2p``) falls back to the roofline with a
-  reason saying what is missing: the MoE tables are keyed on hidden and intermediate sizes, top-k,
-  experts and EP/TP that :class:`analysis.forward.Op` does not carry yet, and the all-to-all needs
-  the DeepEP tables with node count (issue 27, item 2).
+* ``moe`` (issue 27 item 2; :func:`moe_seconds`): the routed experts of one layer on the busiest GPU
+  from the framework's MoE table (``moe_perf``; keys dtype, hidden, intermediate, top-k, experts; the
+  balanced distribution, expert tensor parallel 1) at ``(tokens * moe_imbalance, EP size)``, each
+  shape from the newest version folder that measured it (:func:`merged_table`); FP8 reads the
+  block-scaled ``fp8_block`` table first. Shapes the MoE table lacks (Step-3, DBRX) are priced as
+  per-expert GEMMs from the GEMM table (:func:`expert_gemm_seconds`, still measured). The shared
+  experts and the router stay on the roofline at the stated efficiencies, so a MoE operator's
+  measured share is its routed part. This carries the low efficiency of expert GEMMs at few tokens
+  per expert, the effect attention/FFN disaggregation (Step-3 AFD, MegaScale-Infer) exists for.
+* ``alltoall`` (:func:`deepep_seconds`): SGLang's DeepEP low-latency dispatch + combine table
+  (``wideep_deepep_ll_perf``) by tokens per rank at exactly the measured node count (``ceil(n / 8)``
+  8-GPU nodes: H100 and H200 measured 1, 2, 4 and 8 nodes for DeepSeek-V3's shape, B200/B300 one),
+  hidden size, top-k and experts, read at ``tokens * moe_imbalance``. EP144 (18 nodes), NVL72 racks,
+  other shapes, prefill-sized token counts and chips measured on another's links fall back to the
+  roofline (which also carries the imbalance), reason recorded.
+* every other kind (``state``, ``p2p``) falls back to the roofline with a reason.
 
 Interpolation
 -------------
@@ -116,6 +128,16 @@ GEMM_DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "fp4": "nvf
 _ATTN_KEYS = ("attn_dtype", "kv_cache_dtype", "num_heads", "num_key_value_heads", "head_dim", "window_size")
 TABLE_KINDS = {
     "gemm": ("gemm", "gemm_perf", ("m", "n", "k"), (), ("gemm_dtype",)),
+    # routed experts of one MoE layer on one GPU: global tokens entering the layer, EP size
+    "moe": ("moe", "moe_perf", ("num_tokens", "moe_ep_size"), (),
+            ("moe_dtype", "hidden_size", "inter_size", "topk", "num_experts", "distribution", "moe_tp_size")),
+    # SGLang's wide-EP decode MoE (DeepEP + DeepGEMM masked grouped GEMM): global tokens, EP size
+    "moe_wideep": ("moe", "wideep_generation_moe_perf", ("num_tokens", "moe_ep_size"), (),
+                   ("moe_dtype", "hidden_size", "inter_size", "topk", "num_experts", "distribution",
+                    "moe_tp_size")),
+    # DeepEP low-latency dispatch + combine: tokens per rank, at a node count (8 GPUs a node)
+    "deepep_ll": ("comm", "wideep_deepep_ll_perf", ("num_token",), (),
+                  ("node_num", "hidden_size", "num_topk", "num_experts")),
     "allreduce": ("comm", "custom_allreduce_perf", ("num_gpus", "message_size"), (), ("allreduce_dtype",)),
     "context_attention": ("attention", "context_attention_perf", ("batch_size", "isl"), (), _ATTN_KEYS),
     "generation_attention": ("attention", "generation_attention_perf", ("batch_size", "step"), (),
@@ -136,14 +158,28 @@ REASONS = {
     10: "a pass mixing prefill and decode, or a prefill after a cached prefix: no table",
     11: "MLA attention: the MLA tables are not mapped yet",
     12: "weight-only quantised GEMM (weights smaller than the compute dtype): no table mapped",
+    13: "no DeepEP table for this node count, hidden size, top-k or expert count",
+    14: "DeepEP tables: NVL72 node layout not mapped (the tables count 8-GPU nodes)",
+    15: "all-to-all beyond one scale-up domain without a scale-out layout (domain unknown)",
 }
+
+# forward's compute dtype -> the MoE table's moe_dtype, in order of preference (FP8 models such as
+# DeepSeek-V3 and Step-3 ship block-scaled FP8 weights: fp8_block first, per-tensor fp8 second)
+MOE_DTYPES = {"bf16": ("bfloat16",), "fp16": ("bfloat16",), "fp8": ("fp8_block", "fp8"), "fp4": ("nvfp4",)}
+MOE_DISTRIBUTION = "balanced"  # the load imbalance is forward's moe_imbalance, applied to the tokens
+DEEPEP_FRAMEWORK = "sglang"    # the DeepEP tables are SGLang's (wide-EP) measurements
+GPUS_PER_NODE = 8              # DeepEP's node_num counts 8-GPU HGX nodes
+DEEPEP_FOLDERS = ("h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm")  # 8-GPU boards (not NVL72 racks)
+# Wide expert parallelism (EP across nodes) runs DeepEP's dispatch with DeepGEMM's masked grouped GEMM
+# (DeepSeek's and SGLang's decode): from this EP size on, the MoE operator reads SGLang's wide-EP
+# generation table where it has the shape and the point, TensorRT-LLM's fused-MoE table otherwise.
+WIDE_EP_MIN = 16
 KIND_REASONS = {
     "attention": "attention: the tables are keyed on query heads and head size, which forward.Op does not "
                  "carry yet (shape keys heads, head_dim; issue 27 item 2)",
-    "moe": "moe: the MoE tables are keyed on hidden and intermediate sizes, top-k, experts and EP/TP, which "
-           "forward.Op does not carry yet (issue 27 item 2)",
+    "moe": "moe: the operator does not carry the expert shape (hidden, inter)",
     "state": "state (linear attention): no table mapped yet",
-    "alltoall": "alltoall: DeepEP tables with node count and imbalance are issue 27 item 2",
+    "alltoall": "alltoall: the operator does not carry tokens, hidden size, top-k and experts",
     "p2p": "p2p (activation hops, context parallelism, KV transfer): no table",
 }
 
@@ -211,6 +247,7 @@ class Table:
     framework: str
     version: str
     grids: dict
+    key_versions: dict | None = None  # merged tables (:func:`merged_table`): the version of each key
 
     def grid(self, key) -> Grid | None:
         return self.grids.get(key)
@@ -231,6 +268,8 @@ def load(path: Path, kind: str) -> Table:
     except Exception as e:  # pyarrow raises several types for a corrupt file
         raise TableError(f"measured table {path} cannot be read ({type(e).__name__}: {e}); "
                          f"reinstall {DISTRIBUTION}=={PACKAGE_VERSION}") from e
+    if kind == "deepep_ll" and {"dispatch_avg_t_us", "combine_avg_t_us"} <= set(df.columns):
+        df = df.assign(latency=(df["dispatch_avg_t_us"] + df["combine_avg_t_us"]) * 1e-3)  # us -> ms
     need = {"framework", "version", "latency", *key, *cont, *disc}
     missing = sorted(need - set(df.columns))
     if missing:
@@ -264,6 +303,30 @@ def _table(folder: str, kind: str, framework: str) -> Table:
     t = load(p, kind)
     _USED[p] = t
     return t
+
+
+@functools.lru_cache(maxsize=None)
+def merged_table(folder: str, kind: str, framework: str = DEFAULT_FRAMEWORK) -> Table:
+    """Table ``kind`` of a GPU folder merged over every version folder of ``framework`` that has it:
+    each key (dtype and shape) from the newest version that measured it (the MoE and DeepEP tables
+    spread their shapes over versions: H100's newest TensorRT-LLM MoE table holds four shapes, the one
+    before it fifty). Each file read is recorded in :func:`tables_used`; the merged table's ``version``
+    lists the versions it took keys from, ``key_versions`` which key came from which."""
+    op, stem, *_ = TABLE_KINDS[kind]
+    base = data_root() / folder / op / framework
+    versions = sorted((p.parent.name for p in base.glob(f"*/{stem}.parquet")), key=_version_key, reverse=True)
+    if not versions:
+        raise TableError(f"no measured table {base}/<version>/{stem}.parquet")
+    grids, kv = {}, {}
+    for v in versions:
+        p = base / v / f"{stem}.parquet"
+        if p not in _USED:
+            _USED[p] = load(p, kind)
+        for k, g in _USED[p].grids.items():
+            if k not in grids:
+                grids[k], kv[k] = g, v
+    used = [v for v in versions if v in kv.values()]
+    return Table(base / versions[0] / f"{stem}.parquet", kind, framework, ", ".join(used), grids, kv)
 
 
 def tables_used() -> list[dict]:
@@ -477,6 +540,91 @@ def attention_seconds(folder: str, batch, tokens, kv_tokens, heads, kv_heads, he
     return sec.reshape(shape), code.reshape(shape)
 
 
+def moe_seconds(folder: str, tokens, ep, hidden, inter, topk, n_experts, dtype: str = "bf16",
+                imbalance=1.0, framework: str = DEFAULT_FRAMEWORK):
+    """Measured seconds of one MoE layer's routed experts on the busiest GPU of an expert-parallel
+    group of ``ep`` GPUs (one expert-parallel rank per GPU, no expert tensor parallelism) for
+    ``tokens`` tokens entering the layer across the group, and the reason code of each plan.
+
+    The MoE table (TensorRT-LLM's fused MoE kernel: routing permute, grouped expert GEMMs, activation,
+    finalize) is read at the balanced routing distribution and ``tokens * imbalance`` tokens: the
+    busiest GPU sees ``imbalance`` times the mean load (:attr:`analysis.forward.Efficiency.moe_imbalance`),
+    which a balanced kernel sees at that many tokens. Log-log interpolation in tokens and EP size
+    (EP 144 between the measured 128 and 256). A shape (hidden, intermediate, top-k, experts) the table
+    did not measure for the dtype is code 9; outside the measured tokens or EP sizes, code 5. From EP
+    :data:`WIDE_EP_MIN` on, SGLang's wide-EP generation table (DeepEP + DeepGEMM, uniform routing) is
+    read instead where it holds the shape and the point (H100/H200: DeepSeek-V3's shape in block FP8):
+    at EP 128 and 16k tokens it measures about a third of TensorRT-LLM's fused-MoE latency, whose
+    ranks each handle the global token set."""
+    tok = np.asarray(tokens, dtype=float) * np.asarray(imbalance, dtype=float)
+    ep = np.asarray(ep, dtype=float)
+    shape = np.broadcast_shapes(tok.shape, ep.shape)
+    sec, code = np.full(shape, np.nan), np.full(shape, 9, dtype=np.int8)
+    t = merged_table(folder, "moe", framework)
+    for dt in MOE_DTYPES.get(dtype, (dtype,)):
+        g = t.grid((dt, int(hidden), int(inter), int(topk), int(n_experts), MOE_DISTRIBUTION, 1))
+        if g is not None:
+            sec, code = (np.array(np.broadcast_to(x, shape)) for x in interpolate(g, (tok, ep)))
+            break
+    wide = ep >= WIDE_EP_MIN
+    if np.any(wide) and _has_wideep(folder):
+        tw = merged_table(folder, "moe_wideep", DEEPEP_FRAMEWORK)
+        for dt in MOE_DTYPES.get(dtype, (dtype,)):
+            g = tw.grid((dt, int(hidden), int(inter), int(topk), int(n_experts), "uniform", 1))
+            if g is not None:
+                ws, wc = (np.broadcast_to(x, shape) for x in interpolate(g, (tok, ep)))
+                use = wide & (wc == MEASURED)
+                sec, code = np.where(use, ws, sec), np.where(use, wc, code).astype(np.int8)
+                break
+    return sec, code
+
+
+@functools.lru_cache(maxsize=None)
+def _has_wideep(folder: str) -> bool:
+    stem = TABLE_KINDS["moe_wideep"][1]
+    return any((data_root() / folder / "moe" / DEEPEP_FRAMEWORK).glob(f"*/{stem}.parquet"))
+
+
+def expert_gemm_seconds(folder: str, tokens, experts, n_experts, topk, hidden, inter, gated=True,
+                        dtype: str = "bf16", imbalance=1.0, framework: str = DEFAULT_FRAMEWORK):
+    """Measured seconds of the routed experts on the busiest GPU priced as separate per-expert GEMMs
+    from the GEMM table (for MoE shapes the MoE table did not measure): the ``e (1 - (1 - k/E)^T)``
+    touched experts of the ``e = experts`` on the GPU each run an up-projection ``(m, 2 inter or inter,
+    hidden)`` and a down-projection ``(m, hidden, inter)`` on ``m`` tokens, the GPU's
+    ``T k e / E * imbalance`` routed token slots shared among its touched experts (at least one token).
+    A grouped kernel runs them in one launch, so this omits the permute and activation and is a lower
+    bound of their cost beside the GEMMs; the small-``m`` GEMMs carry the low per-expert efficiency."""
+    T = np.asarray(tokens, dtype=float)
+    e = np.asarray(experts, dtype=float)
+    touched = np.maximum(e * (1.0 - (1.0 - topk / n_experts) ** T), 1e-9)
+    m = np.maximum(T * topk * e / n_experts * np.asarray(imbalance, dtype=float) / touched, 1.0)
+    up, c1 = gemm_seconds(folder, m, (2.0 if gated else 1.0) * inter, hidden, dtype, framework)
+    down, c2 = gemm_seconds(folder, m, hidden, inter, dtype, framework)
+    return touched * (up + down), np.maximum(c1, c2)
+
+
+def deepep_seconds(folder: str, tokens, n, hidden, topk, n_experts, imbalance=1.0):
+    """Measured seconds of one DeepEP low-latency dispatch plus combine (SGLang's tables) for
+    ``tokens`` tokens per rank over ``n`` GPUs (``ceil(n / 8)`` nodes of 8 GPUs), read at ``tokens *
+    imbalance`` (the busiest rank receives and returns ``imbalance`` times the mean), log-log in tokens
+    at exactly the measured node count, hidden size, top-k and expert count (code 13 otherwise, 5
+    outside the measured tokens); ``n <= 1`` is no operator."""
+    tok, n = np.broadcast_arrays(np.asarray(tokens, dtype=float) * np.asarray(imbalance, dtype=float),
+                                 np.asarray(n, dtype=float))
+    sec, code = np.full(tok.shape, np.nan), np.full(tok.shape, 13, dtype=np.int8)
+    if folder not in DEEPEP_FOLDERS:
+        code[...] = 14
+    else:
+        t = merged_table(folder, "deepep_ll", DEEPEP_FRAMEWORK)
+        nodes = np.ceil(n / GPUS_PER_NODE)
+        for nn in np.unique(nodes[n > 1]):
+            g = t.grid((int(nn), int(hidden), int(topk), int(n_experts)))
+            sel = nodes == nn
+            if g is not None:
+                sec[sel], code[sel] = interpolate(g, (tok[sel],))
+    return np.where(n <= 1, 0.0, sec), np.where(n <= 1, NO_OP, code).astype(np.int8)
+
+
 # ----------------------------------------------------------------------------------------- backend
 
 
@@ -544,7 +692,7 @@ def _price(device: str, folder: str | None, comm_tables: bool, framework: str, n
         code = np.full(roof.shape, 2, dtype=np.int8)
         detail[2] = f"{REASONS[2]} ({device})"
         sec = roof
-    elif op.kind == "gemm" and weight_only:
+    elif op.kind in ("gemm", "moe") and weight_only:
         code, sec = np.full(roof.shape, 12, dtype=np.int8), roof
     elif op.kind == "gemm":
         sec, code = gemm_seconds(folder, op.shape["m"], op.shape["n"], op.shape["k"], op.dtype, framework)
@@ -554,6 +702,16 @@ def _price(device: str, folder: str | None, comm_tables: bool, framework: str, n
         else:
             n = np.asarray(op.shape["n"], dtype=float)
             sec, code = np.zeros(n.shape), np.where(n > 1, 8, NO_OP).astype(np.int8)
+    elif op.kind == "moe" and "hidden" in op.shape and "inter" in op.shape:
+        return _price_moe(device, folder, framework, op, eff, roof, detail)
+    elif op.kind == "alltoall" and "hidden" in op.shape and "tokens" in op.shape:
+        sh = op.shape
+        if not comm_tables:
+            n = np.asarray(sh["n"], dtype=float)
+            sec, code = np.zeros(n.shape), np.where(n > 1, 8, NO_OP).astype(np.int8)
+        else:
+            sec, code = deepep_seconds(folder, sh["tokens"], sh["n"], sh["hidden"], sh["k"], sh["n_experts"],
+                                       sh.get("imbalance", 1.0))
     elif op.kind == "attention" and op.shape.get("family") == "mla":
         code, sec = np.full(roof.shape, 11, dtype=np.int8), roof
     elif op.kind == "attention" and "heads" in op.shape and "head_dim" in op.shape:
@@ -570,6 +728,31 @@ def _price(device: str, folder: str | None, comm_tables: bool, framework: str, n
     out = np.where(ok, sec, np.where(code == NO_OP, 0.0, roof))
     _record(device, op.kind, code, out, detail)
     return out, ok.astype(float)
+
+
+def _price_moe(device, folder, framework, op, eff, roof, detail):
+    """The MoE operator: routed experts from the MoE table, else as per-expert GEMMs from the GEMM
+    table, else the roofline; the shared experts and router (``rest_flops``/``rest_bytes``) by the
+    roofline at the stated efficiencies. Measured share: the routed experts' part of the seconds."""
+    sh = op.shape
+    args = (sh["hidden"], sh["inter"], sh["k"], sh["n_experts"])
+    imb = sh.get("imbalance", 1.0)
+    sec, code = moe_seconds(folder, sh["tokens"], sh["n"], *args, op.dtype, imb, framework)
+    shp = np.broadcast_shapes(np.shape(sec), np.shape(sh["tokens"]), np.shape(sh["experts"]), np.shape(imb))
+    sec, code = (np.array(np.broadcast_to(x, shp)) for x in (sec, code))
+    miss = code != MEASURED
+    if miss.any():  # shapes or sizes the MoE table lacks: per-expert GEMMs, for those plans only
+        sub = [np.broadcast_to(np.asarray(x, dtype=float), shp)[miss]
+               for x in (sh["tokens"], sh["experts"], imb)]
+        sec[miss], code[miss] = expert_gemm_seconds(folder, sub[0], sub[1], sh["n_experts"], sh["k"],
+                                                    *args[:2], sh.get("gated", True), op.dtype, sub[2],
+                                                    framework)
+    rest = np.maximum(sh["rest_flops"] / (op.peak * eff.compute), sh["rest_bytes"] / (op.bw * eff.bandwidth))
+    sec, code, roof, rest = np.broadcast_arrays(sec, code, roof, rest)
+    ok = code == MEASURED
+    out = np.where(ok, sec + rest, roof)
+    _record(device, "moe", code, out, detail)
+    return out, np.where(ok, sec / np.where(ok, out, 1.0), 0.0)
 
 
 def backend_name(device: str, framework: str = DEFAULT_FRAMEWORK, weight_only: bool = False) -> str:

@@ -71,7 +71,7 @@ def pass_time(s, prec, eff, dev, *, tp, dp, B=0, ctx=0, P=0, L=0, X=0):
                                    + eff.collective_latency_s)
     if s.n_moe and n > 1:  # dispatch + combine per MoE layer to the distinct devices of each token's experts
         dest = n * (1 - (1 - 1 / n) ** s.k_active)
-        leaving = 2 * (T / dp) * dest * s.h * ab * (n - 1) / n
+        leaving = 2 * (T / dp) * dest * s.h * ab * (n - 1) / n * eff.moe_imbalance  # busiest device
         total += s.n_moe * (_hier(leaving, n, link, net, domain, eff) + 2 * eff.collective_latency_s)
     if not s.n_moe and dp > 1:  # dense FFN over all n devices: gather / scatter around it
         total += s.n_layers * (2 * (T / dp) * s.h * ab / (link * eff.link) + eff.collective_latency_s)

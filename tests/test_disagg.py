@@ -209,3 +209,5 @@ def test_production_sensitivity_rows_move_the_right_way():
     assert (t.loc["links at 35% of peak", cols] <= t.loc["links at 50% of peak", cols] * (1 + 1e-12)).all()
     assert (t.loc["memory reserve 50%", cols] <= t.loc["memory reserve 30%", cols] * (1 + 1e-12)).all()
     assert t["AFD above D"].dtype == bool
+    # perfect overlap (the model before issue 27) never lowers a throughput below the declared overlap
+    assert (t.loc["perfect two-micro-batch overlap", cols] >= base[cols] * (1 - 1e-12)).all()

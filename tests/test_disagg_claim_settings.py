@@ -37,14 +37,16 @@ def test_claims_a_to_c_default_to_the_calibrated_efficiencies():
 
 @pytest.mark.parametrize("model,m", [("Qwen3-235B-A22B", 3), ("Llama-3.1-8B", 1), ("DeepSeek-V3", 2)])
 def test_pipeline_parts_rebuild_the_split_step(model, m):
-    """L * max(m max(a, f, x), a + f + 2x) + t_step from the parts the chapter shows equals the step
-    time the search prices (one formula, not a second copy)."""
+    """L * (S - o (S - P)) + t_step from the parts the chapter shows, with P = max(m max(a, f, x),
+    a + f + 2x) and S = m (a + f + 2x), equals the step time the search prices (one formula, not a
+    second copy; o the declared overlap)."""
     s, prec, eff = F.shape(model), Precision.named("fp8"), Efficiency()
     d = devices.device("H800-SXM5-80GB", "fp8")
     kw = dict(tp=1.0, n_a=8.0, n_f=8.0, m=float(m), dec_seqs=256.0, dec_ctx=4096.0)
     a, f, x = S.split_layer_parts(s, prec, eff, d, d, **kw)
     whole = S._split_step(s, prec, eff, d, d, **kw)
-    rebuilt = s.n_layers * max(m * max(a, f, x), a + f + 2 * x) + eff.step_overhead_s
+    perfect, serial = max(m * max(a, f, x), a + f + 2 * x), m * (a + f + 2 * x)
+    rebuilt = s.n_layers * (serial - eff.overlap * (serial - perfect)) + eff.step_overhead_s
     assert float(whole) == pytest.approx(rebuilt, rel=1e-12)
     assert a > 0 and f > 0 and x > 0
 

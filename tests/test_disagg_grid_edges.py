@@ -9,7 +9,7 @@ import pytest
 from analysis.disagg import des
 from analysis.disagg import production as P
 from analysis.disagg import search as S
-from analysis.forward import Precision
+from analysis.forward import Efficiency, Precision
 
 H100 = "H100-SXM5-80GB"
 MODEL = "Llama-3.1-8B"
@@ -92,21 +92,26 @@ def test_default_grid_searches_utilisation_past_the_old_cap():
 
 def test_default_grid_warns_where_a_larger_grid_does_better():
     """The issue's case: DeepSeek-V3 decode on H800 (FP8, 4K context, 50 ms TPOT): the default grid's
-    best sits at its largest instance and batch and without overlap, and warns saying so; the
+    best sits at its edges (without overlap; with balanced experts also at its largest instance and
+    batch: the all-to-all's imbalance traffic makes wide instances dearer) and warns saying so; the
     validation grid (to 256 devices, 65,536 sequences, two-micro-batch overlap) gives more."""
     wl = S.Workload(4096 - 512, 1024)
     kw = dict(tpot_slo_s=0.05, prec=Precision.named("fp8"), budget=256)
-    with pytest.warns(S.GridEdgeWarning) as rec:
-        small = P.best_decode("DeepSeek-V3", "H800-SXM5-80GB", "D", wl, grid=S.Grid(), **kw)
-    msg = " ".join(str(w.message) for w in _edge_warnings(rec))
-    assert {"D.size", "D.batch", "D.ovl"} <= set(small["edges"])
-    assert "largest instance size, 64" in msg and "largest decode batch, 4,096" in msg
-    assert "no overlap searched" in msg
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", S.GridEdgeWarning)
-        big = P.best_decode("DeepSeek-V3", "H800-SXM5-80GB", "D", wl, grid=P.validation_grid(256), **kw)
-    assert big["tokens_per_s_per_device"] > 1.2 * small["tokens_per_s_per_device"]
-    assert "D.size" not in big["edges"] and "D.batch" not in big["edges"]
+    balanced = Efficiency(moe_imbalance=1.0)
+    for eff, edges in ((Efficiency(), {"D.ovl"}), (balanced, {"D.size", "D.batch", "D.ovl"})):
+        with pytest.warns(S.GridEdgeWarning) as rec:
+            small = P.best_decode("DeepSeek-V3", "H800-SXM5-80GB", "D", wl, grid=S.Grid(), eff=eff, **kw)
+        msg = " ".join(str(w.message) for w in _edge_warnings(rec))
+        assert edges <= set(small["edges"])
+        assert "no overlap searched" in msg
+        if "D.size" in edges:
+            assert "largest instance size, 64" in msg and "largest decode batch, 4,096" in msg
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", S.GridEdgeWarning)
+            big = P.best_decode("DeepSeek-V3", "H800-SXM5-80GB", "D", wl, grid=P.validation_grid(256),
+                                eff=eff, **kw)
+        assert big["tokens_per_s_per_device"] > 1.2 * small["tokens_per_s_per_device"]
+        assert "D.size" not in big["edges"] and "D.batch" not in big["edges"]
 
 
 def test_describe_edges_words_every_axis():

@@ -174,10 +174,24 @@ def test_plan_throughput_and_cost_per_token_are_rate_matched():
 
 
 def test_af_layer_charges_each_link_direction():
-    assert S.af_layer_time(1.0, 2.0, 0.5, 1) == pytest.approx(4.0)          # plain sum, both directions
-    assert S.af_layer_time(1.0, 2.0, 0.5, 3) == pytest.approx(6.0)          # FFN-bound pipeline
-    assert S.af_layer_time(1.0, 1.0, 1.5, 2) == pytest.approx(5.0)          # latency bound: a + f + 2 x
-    assert S.af_layer_time(0.1, 0.1, 1.5, 4) == pytest.approx(6.0)          # one link direction busiest
+    # perfect overlap (overlap = 1)
+    assert S.af_layer_time(1.0, 2.0, 0.5, 1, 1.0) == pytest.approx(4.0)     # plain sum, both directions
+    assert S.af_layer_time(1.0, 2.0, 0.5, 3, 1.0) == pytest.approx(6.0)     # FFN-bound pipeline
+    assert S.af_layer_time(1.0, 1.0, 1.5, 2, 1.0) == pytest.approx(5.0)     # latency bound: a + f + 2 x
+    assert S.af_layer_time(0.1, 0.1, 1.5, 4, 1.0) == pytest.approx(6.0)     # one link direction busiest
+
+
+def test_af_ring_hides_only_the_declared_share_of_overlap():
+    """The attention/FFN ring takes the time model's one overlap rule (forward.pipelined): of the
+    time perfect pipelining would save over running the micro-batches one after another, it hides
+    the share overlap."""
+    serial, perfect = 3 * 4.0, 6.0                                           # 3 micro-batches of a ring of 4
+    assert S.af_layer_time(1.0, 2.0, 0.5, 3, 0.0) == pytest.approx(serial)  # none hidden
+    assert S.af_layer_time(1.0, 2.0, 0.5, 3, 0.8) == pytest.approx(serial - 0.8 * (serial - perfect))
+    assert S.af_layer_time(1.0, 2.0, 0.5, 1, 0.3) == pytest.approx(4.0)     # one micro-batch: nothing to hide
+    # the same rule as colocated two-micro-batch overlap: c = a + f, k = 2 x with a, f on one resource
+    assert float(S.af_layer_time(1.0, 0.0, 0.25, 2, 0.6)) == pytest.approx(
+        float(F.overlap_time(1.0, 0.5, 2, 0.6)))
 
 
 def test_topology_switches_at_the_domain_size():
@@ -336,6 +350,9 @@ def test_af_split_step_composes_every_term(model):
     f = float(ffn) / s.n_layers
     x1 = float(F.af_hop_time(s, prec, eff, dev["link"], tokens=b, n_attn=n_a, n_ffn=n_f))
     assert float(p["tokens"]) == b
-    want = s.n_layers * max(m * max(a, f, x1 / 2), a + f + x1) + eff.step_overhead_s
+    perfect = max(m * max(a, f, x1 / 2), a + f + x1)
+    serial = m * (a + f + x1)
+    assert eff.overlap < 1 and serial > perfect  # the declared overlap hides only part of the difference
+    want = s.n_layers * (serial - eff.overlap * (serial - perfect)) + eff.step_overhead_s
     got = S._split_step(s, prec, eff, dev, dev, tp=tp, n_a=n_a, n_f=n_f, m=m, dec_seqs=B, dec_ctx=ctx)
     assert float(got) == pytest.approx(want, rel=1e-12)

@@ -329,6 +329,7 @@ def production_values(prod: pd.DataFrame, eff_cal, verdicts: dict) -> dict:
     dcfg = json.loads(dsv3["config"]) if isinstance(dsv3["config"], str) else dict(dsv3["config"])
     return {"ch3_prod_budget": (PROD_BUDGET, INT), "ch3_prod_cal_compute": (eff_cal.compute, "{:.2f}"),
             "ch3_prod_cal_bw": (eff_cal.bandwidth, "{:.2f}"), "ch3_mem_reserve": (eff_cal.mem_reserve, PCT),
+            "ch3_overlap": (eff_cal.overlap, PCT), "ch3_moe_imbalance": (eff_cal.moe_imbalance, "{:.1f}"),
             "ch3_prod_s3_afd_raw": (float(prod.loc[0, "raw"]), INT),
             "ch3_prod_dsv3_raw": (float(prod.loc[1, "raw"]), INT),
             "ch3_prod_s3_afd": (s3a["simulated"], INT), "ch3_prod_s3_afd_pub": (s3a["published"], INT),
@@ -355,7 +356,7 @@ def pipeline_example(prod: pd.DataFrame, eff_cal) -> dict:
     a, f, x = (float(np.asarray(v)) for v in S.split_layer_parts(
         s3, p8, eff_cal, d, d, tp=c["tp"], n_a=c["n_a"], n_f=c["n_f"], m=c["m"], dec_seqs=c["batch"],
         dec_ctx=4096.0))
-    layer = float(S.af_layer_time(a, f, x, c["m"]))
+    layer = float(S.af_layer_time(a, f, x, c["m"], eff_cal.overlap))
     return {"config": c, "a": a, "f": f, "x": x, "layer": layer, "n_layers": s3.n_layers,
             "pass": s3.n_layers * layer + eff_cal.step_overhead_s, "tpot_ms": float(s3a["tpot_ms"])}
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import forward as costs
+from .. import measured as M
+from .. import specs
 from ..forward import Efficiency, Precision
-from . import des
+from . import des, devices, sharegpt
 from . import search as S
 
 # decode at a mean context of `context` tokens: prompts of context - OUT/2 tokens, OUT output tokens
@@ -76,15 +78,27 @@ def best_decode(model, device, mode: str, wl: S.Workload, *, tpot_slo_s: float, 
             "candidates": int(len(tps)), "tpot_batch1_s": float(c["tpot"][j]), "batch1": float(c["batch"][j])}
 
 
+def measured_device(device, precision: str) -> dict:
+    """The device dict of ``device`` (a name or a :func:`.devices.device` dict) priced by its measured
+    kernel tables (:mod:`analysis.measured`; the roofline where they have no entry)."""
+    d = devices.device(device, precision) if isinstance(device, str) else dict(device)
+    return {**d, "backend": M.device(d["name"], Precision.named(precision))["backend"]}
+
+
 def decode_throughput(model, device: str, mode: str, *, context: float = 4096.0, tpot_slo_s: float = 0.05,
                       precision: str = "fp8", budget: int = VALIDATION_BUDGET, eff: Efficiency = Efficiency(),
-                      grid: S.Grid | None = None) -> dict:
+                      grid: S.Grid | None = None, backend: str = "roofline") -> dict:
     """:func:`best_decode` in a production report's setting: mean context ``context`` (prompts of
     ``context - OUT_TOKENS / 2`` tokens, ``OUT_TOKENS`` output tokens), ``precision`` (FP8 by
-    default), the validation grid (:func:`validation_grid`). Returns the throughput (tokens/s per
+    default), the validation grid (:func:`validation_grid`), operators priced by ``backend``
+    (``"roofline"``, or ``"measured"``: :func:`measured_device`). Returns the throughput (tokens/s per
     device, NaN if nothing meets the SLO), the TPOT (s) and the chosen configuration."""
     if mode not in ("D", "AFD"):
         raise S.SearchError(f"mode must be 'D' or 'AFD', got {mode!r}")
+    if backend not in ("roofline", "measured"):
+        raise S.SearchError(f"backend must be 'roofline' or 'measured', got {backend!r}")
+    if backend == "measured":
+        device = measured_device(device, precision)
     wl = S.Workload(max(1.0, context - OUT_TOKENS / 2), OUT_TOKENS)
     r = best_decode(model, device, mode, wl, tpot_slo_s=tpot_slo_s, prec=Precision.named(precision), eff=eff,
                     grid=grid or validation_grid(budget), budget=budget)
@@ -98,6 +112,20 @@ ATTAINMENT = 0.90                               # goodput: the highest rate meet
 # ShareGPT mean lengths as the vLLM paper (SOSP'23, Figure 11) prints them: DistServe samples ShareGPT
 # too but prints only the distribution (its Figure 7), so these means are an estimate of its sample.
 SHAREGPT_MEAN_LENGTHS = (161.31, 337.99)
+# ... and the per-request lengths behind them: the vLLM paper's artifact (data registry
+# ``sharegpt_opt_lengths``), requests whose prompt plus output fit OPT's 2,048-token context (their
+# means are SHAREGPT_MEAN_LENGTHS). The book and CI read a seeded sample of it committed with its
+# provenance (results/sharegpt_lengths/, :mod:`.sharegpt`, ``make sharegpt-lengths``), never the file.
+# DistServe samples ShareGPT for its chatbot workload with OPT models; its own sample is not published,
+# so this distribution stands for it.
+
+
+def sharegpt_lengths(n: int, *, max_context: float = 2048.0, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` (input, output) token-length pairs of ShareGPT conversations (first rounds, OPT tokenizer),
+    drawn with ``seed`` without replacement from the committed sample's pairs whose prompt and output
+    fit ``max_context`` tokens together (:func:`.sharegpt.lengths`; the sample's means are close to
+    :data:`SHAREGPT_MEAN_LENGTHS`)."""
+    return sharegpt.lengths(n, max_context=max_context, seed=seed)
 
 
 def goodput(plan, model, wl, slo, *, budget: int, chunked: bool = True, n_requests: int = 600, seed: int = 0,
@@ -126,25 +154,57 @@ def goodput(plan, model, wl, slo, *, budget: int, chunked: bool = True, n_reques
 
 
 def distserve_gain(model="OPT-13B", device="A100-SXM4-80GB", *, budget: int = 8, precision: str = "bf16",
-                   eff: Efficiency = Efficiency(), n_requests: int = 600, seed: int = 0) -> dict:
+                   eff: Efficiency = Efficiency(), n_requests: int = 600, seed: int = 0,
+                   lengths: str = "sharegpt") -> dict:
     """DistServe's chatbot cell: goodput per GPU of the best PD plan (the analytic screen's best within
-    ``budget`` GPUs, replayed with whole instances) over vLLM's colocated serving as DistServe ran it
-    (one GPU, tensor parallel 1, no chunked prefill: whole prompts pause decoding), both at
-    :data:`DISTSERVE_SLO` and the ShareGPT mean lengths, Poisson arrivals. FP16 as DistServe ran it is
-    priced as ``bf16`` (the same bytes and tensor-core rate on Ampere)."""
-    wl = S.Workload(*SHAREGPT_MEAN_LENGTHS)
+    ``budget`` GPUs at the ShareGPT means, replayed with whole instances) over vLLM's colocated serving
+    as DistServe ran it (one GPU, tensor parallel 1, no chunked prefill: whole prompts pause decoding),
+    both at :data:`DISTSERVE_SLO`, Poisson arrivals. The replay's requests carry ShareGPT's per-request
+    lengths (``lengths="sharegpt"``: :func:`sharegpt_lengths`, ``n_requests`` pairs drawn with
+    ``seed``, so the tail of long prompts stalls the colocated engine) or every request the means
+    (``lengths="means"``, the cell before issue 27). With per-request lengths the PD plan is chosen as
+    DistServe's placement search chooses it, by simulated goodput on the lengths: the screen's best
+    plan at the means and its best at each tensor-parallel degree are replayed and the best kept
+    (``PD_candidates`` lists them; a plan sized for the mean prompt misses the TTFT SLO on the long
+    ones even unloaded). FP16 as DistServe ran it is priced as ``bf16`` (the same bytes and
+    tensor-core rate on Ampere)."""
+    if lengths not in ("sharegpt", "means"):
+        raise ValueError(f"lengths must be 'sharegpt' or 'means', got {lengths!r}")
+    per_req = None
+    if lengths == "sharegpt":
+        per_req = sharegpt_lengths(n_requests, max_context=float(specs.model(model).max_context), seed=seed)
+    wl = S.Workload(*SHAREGPT_MEAN_LENGTHS, lengths=per_req)
     prec = Precision.named(precision)
     hw = S.default_hardware(device)
-    g = S.Grid(tps=(1, 2, 4, 8), sizes=S._p2(1, budget))
-    pd_plan = S.best_plan("PD", model, wl, DISTSERVE_SLO, hw, budget=budget, prec=prec, eff=eff, grid=g)
+    tps = (1, 2, 4, 8)
+    g = S.Grid(tps=tps, sizes=S._p2(1, budget))
+    # PD candidates: the screen's best at the means; with per-request lengths also its best at each
+    # tensor-parallel degree, the one kept being the best replayed goodput (DistServe's placement search
+    # simulates each parallel configuration on the workload's length distribution, its section 4)
+    cands = [(g, S.best_plan("PD", model, wl, DISTSERVE_SLO, hw, budget=budget, prec=prec, eff=eff, grid=g))]
+    if per_req is not None:
+        for t in tps:
+            gt = S.Grid(tps=(t,), sizes=S._p2(1, budget))
+            plan = S.best_plan("PD", model, wl, DISTSERVE_SLO, hw, budget=budget, prec=prec, eff=eff, grid=gt)
+            cands.append((gt, plan))
     g1 = S.Grid(tps=(1,), sizes=(1,))
     c_plan = S.best_plan("C", model, wl, DISTSERVE_SLO, hw, budget=1, prec=prec, eff=eff, grid=g1)
-    out = {}
-    for name, plan, gg, b, chunked in [("PD", pd_plan, g, budget, True), ("vLLM", c_plan, g1, 1, False)]:
-        if not plan.feasible:
-            out[name] = {"rate_per_device": float("nan"), "reason": plan.reason}
+    out, seen, tried = {}, set(), []
+    for gg, plan in cands:
+        key = repr([(u["unit"], u["size"], u["tp"]) for u in plan.units]) if plan.feasible else None
+        if not plan.feasible or key in seen:
             continue
-        out[name] = goodput(plan, model, wl, DISTSERVE_SLO, budget=b, chunked=chunked, n_requests=n_requests,
-                            seed=seed, prec=prec, eff=eff, grid=gg)
+        seen.add(key)
+        r = goodput(plan, model, wl, DISTSERVE_SLO, budget=budget, chunked=True, n_requests=n_requests,
+                    seed=seed, prec=prec, eff=eff, grid=gg)
+        r["plan"] = key
+        tried.append(r)
+    out["PD"] = (max(tried, key=lambda r: r["rate_per_device"]) if tried else
+                 {"rate_per_device": float("nan"), "reason": cands[0][1].reason})
+    out["PD_candidates"] = [(r["plan"], r["rate_per_device"]) for r in tried]
+    out["vLLM"] = (goodput(c_plan, model, wl, DISTSERVE_SLO, budget=1, chunked=False, n_requests=n_requests,
+                           seed=seed, prec=prec, eff=eff, grid=g1) if c_plan.feasible else
+                   {"rate_per_device": float("nan"), "reason": c_plan.reason})
     out["gain"] = out["PD"]["rate_per_device"] / out["vLLM"]["rate_per_device"]
+    out["lengths"] = lengths
     return out

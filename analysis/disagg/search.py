@@ -190,14 +190,15 @@ def _split_step(s, prec, eff, da, df, *, tp, n_a, n_f, m, scaleup=True, **pass_k
     describe the whole pass and are divided among micro-batches."""
     a, f, x1 = split_layer_parts(s, prec, eff, da, df, tp=tp, n_a=n_a, n_f=n_f, m=m, scaleup=scaleup,
                                  **pass_kw)
-    return s.n_layers * af_layer_time(a, f, x1, m) + eff.step_overhead_s
+    return s.n_layers * af_layer_time(a, f, x1, m, eff.overlap) + eff.step_overhead_s
 
 
 def split_layer_parts(s, prec, eff, da, df, *, tp, n_a, n_f, m, scaleup=True, **pass_kw):
     """Per layer and per micro-batch (s): attention time ``a`` (with its tensor-parallel all-reduce,
     context-parallel exchange and layer overhead), FFN time ``f`` and one direction of the activation
     hop ``x`` of an attention/FFN split (``da``, ``df``: device dicts); the layer takes
-    :func:`af_layer_time` ``(a, f, x, m)``, the pass ``n_layers`` of them plus the step overhead."""
+    :func:`af_layer_time` ``(a, f, x, m, eff.overlap)``, the pass ``n_layers`` of them plus the step
+    overhead."""
     kw = {k: (np.asarray(v, dtype=float) / m if k in ("dec_seqs", "pre_seqs") else v)
           for k, v in pass_kw.items()}
     dp = n_a / tp
@@ -225,13 +226,18 @@ def split_layer_parts(s, prec, eff, da, df, *, tp, n_a, n_f, m, scaleup=True, **
     return a, f, x1
 
 
-def af_layer_time(a, f, x1, m):
+def af_layer_time(a, f, x1, m, overlap):
     """One layer of an attention/FFN split with ``m`` ping-pong micro-batches: four resources in a
     ring (attention devices ``a``, the A->F direction of the link ``x1``, FFN devices ``f``, the F->A
-    direction ``x1``; each value for one micro-batch). In steady state the busiest resource bounds
-    the cycle, ``m * max(a, x1, f)``, and one micro-batch must still go round, ``a + f + 2 x1``:
-    ``max(m * max(a, f, x1), a + f + 2 x1)``; with ``m = 1`` it is the plain sum."""
-    return np.maximum(m * np.maximum(np.maximum(a, f), x1), a + f + 2.0 * x1)
+    direction ``x1``; each value for one micro-batch). Perfectly pipelined, the busiest resource
+    bounds the cycle, ``m * max(a, x1, f)``, and one micro-batch must still go round,
+    ``a + f + 2 x1``: ``max(m * max(a, f, x1), a + f + 2 x1)``; one micro-batch after another it is
+    ``m * (a + f + 2 x1)``. ``overlap`` (:attr:`analysis.forward.Efficiency.overlap`) is the share
+    of the difference that is hidden, by the time model's one rule :func:`analysis.forward.pipelined`
+    (the same as colocated two-micro-batch overlap); with ``m = 1`` it is the plain sum."""
+    ring = a + f + 2.0 * x1
+    perfect = np.maximum(m * np.maximum(np.maximum(a, f), x1), ring)
+    return costs.pipelined(m * ring, perfect, overlap)
 
 
 def _chunk_geometry(I, K, hit=0.0):

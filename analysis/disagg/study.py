@@ -319,6 +319,8 @@ EP_SENSITIVITY = (
     ("memory reserve 30%", {"mem_reserve": 0.3}, None),
     ("memory reserve 50%", {"mem_reserve": 0.5}, None),
     ("no two-micro-batch overlap", {}, (1,)),
+    # the overlap before issue 27 (Efficiency.overlap is now an estimate below 1)
+    ("perfect two-micro-batch overlap", {"overlap": 1.0}, None),
     # DeepEP's low-latency kernels (DeepSeek's decode) send every token over RDMA, none over NVLink
     ("all-to-all over the NICs only", {}, "no-domain"),
 )
@@ -405,7 +407,8 @@ def gain_cells(eff_calibrated: Efficiency | None = None, *,
       at the declared ends of the TBT SLO (``tbt_low``, ``tbt_high``, calibrated); one row per model,
       each against the published maximum over the two models;
     * DistServe (arXiv 2401.09670): goodput per GPU of PD over vLLM-style colocated serving, OPT-13B
-      chatbot on A100 at its SLOs (:func:`.production.distserve_gain`); the published figure is a
+      chatbot on A100 at its SLOs, ShareGPT's per-request lengths (:func:`.production.distserve_gain`,
+      the PD plan chosen by replayed goodput as DistServe's placement search does); the published figure is a
       range over three models.
 
     The verdicts are :func:`analysis.claims.evaluate`'s under the rules of ``data/claims.yaml``
@@ -439,7 +442,8 @@ def gain_cells(eff_calibrated: Efficiency | None = None, *,
         rows.append(row)
     lo, hi = (data.published(f"distserve_chatbot_goodput_gain_{k}")["value"] for k in ("low", "high"))
     row = {"cell": "DistServe: PD goodput over vLLM", "model": "OPT-13B", "device": "A100-SXM4-80GB",
-           "setting": "ShareGPT means, TTFT 0.25 s, TPOT 0.1 s, 90% attainment",
+           "setting": "ShareGPT per-request lengths (vLLM artifact, seeded), TTFT 0.25 s, TPOT 0.1 s, "
+                      "90% attainment",
            "published": float("nan"), "published_text": f"{lo:g}-{hi:g}x (three models)"}
     for col, eff in effs.items():
         r = P.distserve_gain(budget=distserve_budget, eff=eff, n_requests=n_requests)
