@@ -158,6 +158,11 @@ def test_result_cache_key_follows_the_function_modules(monkeypatch):
 
     monkeypatch.setattr(deps, "_file_hash", edited("analysis/tiering/replay.py"))
     assert cache.key("ns", {"a": 1}, compute=fn) == k0  # another chapter's code: same key
+    # the key machinery is in the function's closure, but how results are stored is not what they are
+    assert {"analysis.cache", "analysis.deps"} <= set(deps.module_deps(deps.function_modules(fn))["modules"])
+    for infra in ("analysis/cache.py", "analysis/deps.py"):
+        monkeypatch.setattr(deps, "_file_hash", edited(infra))
+        assert cache.key("ns", {"a": 1}, compute=fn) == k0
     monkeypatch.setattr(deps, "_file_hash", edited("analysis/qevict/policies.py"))
     assert cache.key("ns", {"a": 1}, compute=fn) != k0
 
