@@ -469,7 +469,7 @@ def _map_with_flips(base, contexts, hit_rates, ssd_price_factors, opts, reuse, f
     cells, found = decide.map_uncertainty(base, contexts, hit_rates, ssd_price_factors, opts, reuse, floor,
                                           perturbations, cells=cells, every=every)
     return {"cells": cells, "every": every, "found": found, "seconds": seconds,
-            "seconds_with_flips": time.perf_counter() - t}
+            "seconds_with_flips": time.perf_counter() - t, "edges": decide.edge_counts(every, opts)}
 
 
 def map_with_flips(base, contexts, hit_rates, ssd_price_factors, opts, reuse, floor, gpu_rent_range,
@@ -477,8 +477,10 @@ def map_with_flips(base, contexts, hit_rates, ssd_price_factors, opts, reuse, fl
     """The decision map (``decide.decision_map``) with the cells whose answer flips at the ends of the
     declared ranges (``decide.map_uncertainty`` over ``decide.declared_perturbations(gpu_rent_range,
     tier_price_range)``): ``cells`` (with ``flips``, ``layout_flips``, ``flipped_by``), ``every`` option
-    of every cell, ``found`` (the findings of each perturbed map) and the seconds the map took
-    (``seconds``; ``seconds_with_flips`` with the perturbed maps) when it was computed.
+    of every cell, ``found`` (the findings of each perturbed map), the seconds the map took
+    (``seconds``; ``seconds_with_flips`` with the perturbed maps) when it was computed, and ``edges``:
+    the grid edges of chapter 3's plans under the map (:func:`.decide.edge_counts`; recorded, no
+    warning per plan).
 
     Cached on disk (:func:`analysis.cache.cached`, keyed on every input and the code it runs): chapter 5
     and its evidence page show the same map, and the evidence page, executed after the chapter, reuses
@@ -505,6 +507,7 @@ def interactive_map_cells(
 # ----------------------------------------------------------------------- the pipeline's checks
 
 
+@search.keeps_edges
 def baseline_check(svc, base, reuse, ref_context: int) -> dict:
     """The pipeline with every extra switched off (HBM only, full cache, colocated, no reuse) at a
     prompt of ``ref_context`` (``pipeline``), and the same cost computed directly from chapter 3's
@@ -529,7 +532,7 @@ def baseline_check(svc, base, reuse, ref_context: int) -> dict:
         / (ref_context + svc.output_tokens)
         * 1e6
     )
-    return {"pipeline": r0.usd_per_mtok, "direct": direct}
+    return {"pipeline": r0.usd_per_mtok, "direct": direct, "edges": list(plan_c.edges)}
 
 
 def baseline_table(b: dict) -> pd.DataFrame:
@@ -681,6 +684,7 @@ KIMI_TPOT_ENDS = (0.5, 2.0)  # the declared TPOT-SLO ends (data/claims.yaml, ch5
 KIMI_GPU_ENDS = ("B200-SXM-180GB",)  # the declared GPU alternative (data/claims.yaml, ch5_kimi_decode)
 
 
+@search.keeps_edges
 def kimi_decode(
     context_tokens: int, output_tokens: int, gpu: str, tpot_slo_s: float, budget: int, ends=KIMI_TPOT_ENDS,
     gpu_ends=KIMI_GPU_ENDS,
@@ -689,14 +693,16 @@ def kimi_decode(
     (capped by the model's window): chapter 3's best decode throughput per device of each
     (``table``), the ratio of the two (``speedup``) and of their single-sequence TPOTs
     (``tpot_ratio``), the speedup at each TPOT SLO factor of ``ends`` and 1 (``at``) and on each GPU of
-    ``gpu_ends`` and ``gpu`` (``at_gpu``), each a decode-plan search of its own, and the context
-    (``context``: prompt + output tokens)."""
+    ``gpu_ends`` and ``gpu`` (``at_gpu``), each a decode-plan search of its own, the context
+    (``context``: prompt + output tokens) and the grid edges of the two table rows' plans (``edges``;
+    recorded, not warned)."""
     kl = specs.model(KIMI_MODEL)
     kl_full = kl.replace(n_linear_layers=0)
     ctx = min(context_tokens, kl.max_context) - output_tokens
-    rows = []
+    rows, edges = [], {}
     for name, m in [("Kimi Linear (3:1 KDA:MLA)", kl), ("same model, MLA on every layer", kl_full)]:
         r = decide.decode_throughput(m, ctx, output_tokens, gpu, tpot_slo_s, budget=budget)
+        edges[name] = list(r.get("edges", []))
         rows.append(
             {
                 "model": name,
@@ -729,6 +735,7 @@ def kimi_decode(
         "tpot_ratio": tpot_ratio,
         "at": at,
         "context": ctx + output_tokens,
+        "edges": edges,
     }
 
 

@@ -307,13 +307,52 @@ def decode_throughput(model, context_tokens: float, output_tokens: float, gpu: s
     """Best decode throughput per device (output tokens/s/device) of chapter 3's decode role at a
     given context, under a TPOT SLO, and the TPOT of a single sequence (smallest instance that
     holds it): chapter 3's one decode throughput (:func:`analysis.disagg.production.best_decode`) on
-    its default grid, bf16, default efficiencies."""
+    its default grid, bf16, default efficiencies; ``edges``: the grid edges of the chosen configuration
+    (a single call warns of them, :class:`~analysis.disagg.search.GridEdgeWarning`)."""
     wl = search.Workload(float(context_tokens), float(output_tokens))
     r = production.best_decode(model, gpu, "D", wl, tpot_slo_s=tpot_slo_s, grid=search.Grid(), budget=budget)
     if not r["feasible"]:
         return {"feasible": False, "tokens_per_s_per_device": np.nan, "tpot_batch1_s": np.nan}
-    keys = ("feasible", "tokens_per_s_per_device", "batch", "devices", "tpot_s", "tpot_batch1_s", "batch1")
+    keys = ("feasible", "tokens_per_s_per_device", "batch", "devices", "tpot_s", "tpot_batch1_s", "batch1",
+            "edges")
     return {k: r[k] for k in keys}
+
+
+# --------------------------------------------------------------------------- chapter 3's grid edges
+
+def edge_counts(every: pd.DataFrame, opts) -> dict:
+    """The grid edges of chapter 3's plans under the map (``every`` of :func:`decision_map`, whose rows
+    carry :attr:`.pipeline.Result.plan_edges`): each distinct plan counted once (a plan is set by the
+    cell's prompt, the option's mode and KV bytes per element, and whether overlap was searched; the
+    map's hit rates, SSD prices and layouts share it). Returns ``plans`` (distinct plans priced),
+    ``at_edge`` (those at an edge of their search grid), ``kinds`` (``{edge kind: plans}``,
+    :func:`analysis.disagg.search.edge_kinds`) and ``per_plan`` (one row per plan: its ``edges``)."""
+    cols = ["context", "mode", "kv_hot_ratio", "plan_overlap", "edges"]
+    if every.empty or "plan_edges" not in every:
+        return {"plans": 0, "at_edge": 0, "kinds": {}, "per_plan": pd.DataFrame(columns=cols)}
+    hot = {o.label: float(o.policy.hot_ratio) for o in opts}
+    missing = sorted(set(every["option"]) - set(hot))
+    if missing:
+        raise ComposeError(f"edge_counts: options {missing} of the map are not in opts; pass the options "
+                           "the map was computed with")
+    priced = every[every["plan_edges"].notna()]
+    per = pd.DataFrame({"context": priced["context"].to_numpy(), "mode": priced["mode"].to_numpy(),
+                        "kv_hot_ratio": priced["option"].map(hot).to_numpy(),
+                        "plan_overlap": priced["plan_overlap"].to_numpy(),
+                        "edges": priced["plan_edges"].astype(str).to_numpy()})
+    per = per.drop_duplicates(subset=cols[:4]).reset_index(drop=True)
+    at = int((per["edges"] != "").sum())
+    return {"plans": len(per), "at_edge": at, "kinds": search.edge_kinds(per["edges"]), "per_plan": per}
+
+
+def edge_line(counts: dict) -> str:
+    """One sentence from :func:`edge_counts`: how many of the priced plans sit at an edge of their search
+    grid, and which edges (a plan may sit at several)."""
+    kinds = sorted(counts["kinds"].items(), key=lambda x: -x[1])
+    which = ", ".join(f"{n:,} at {search.edge_kind_words(k)}" for k, n in kinds)
+    return (f"{counts['at_edge']:,} of the {counts['plans']:,} chapter 3 plans priced for the map sit at an "
+            "edge of their search grid" + (f" (which edges: {which}; a plan may sit at several)" if which
+                                           else "") + ".")
 
 
 # --------------------------------------------------------------------------- findings, in words

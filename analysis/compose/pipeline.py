@@ -240,6 +240,9 @@ class Result:
     plan_tokens_per_s_per_device: float = math.nan
     prefix_write_usd_per_mtok: float = 0.0  # wear of the prefix cache's demotions above the tiers' capex
     plan_overlap: bool = True               # chapter 3's plan with overlap searched (False: the fallback)
+    # the grid edges chapter 3's plan sits on (search.grid_edges codes, comma-joined; "" inside the grid;
+    # None where no plan was found)
+    plan_edges: str | None = None
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -269,12 +272,16 @@ def precision(hot_ratio: float) -> Precision:
 
 
 @functools.lru_cache(maxsize=4096)
+@search.keeps_edges
 def plan(mode: str, model, gpu: str, input_tokens: float, output_tokens: float, ttft_slo_s: float,
          tpot_slo_s: float, budget: int, kv_hot_ratio: float, transfer_overhead: float,
          overlap: bool = True) -> search.Plan:
     """Chapter 3's best plan (memoised in the process), searched over chapter 3's grid on GPUs
     (:func:`analysis.disagg.study.gpu_grid`: two-micro-batch overlap of communication and compute in
-    C, P and D instances included, as chapter 3 searches it); ``overlap=False``: the grid without it."""
+    C, P and D instances included, as chapter 3 searches it); ``overlap=False``: the grid without it.
+    The plan keeps its grid edges (:attr:`~analysis.disagg.search.Plan.edges`, carried into
+    :attr:`Result.plan_edges`) and raises no :class:`~analysis.disagg.search.GridEdgeWarning`: the
+    chapter prices hundreds of plans and states their edges in one line (:func:`.decide.edge_counts`)."""
     return search.best_plan(mode, model, search.Workload(input_tokens, output_tokens),
                             search.SLO(ttft_slo_s, tpot_slo_s), hardware(gpu, transfer_overhead),
                             budget=int(budget), prec=precision(kv_hot_ratio),
@@ -450,6 +457,7 @@ def _evaluate(s: Scenario, reuse: ReuseCurve | None, overlap: bool) -> Result:
              overlap)
     if not p.feasible:
         return Result(False, f"chapter 3: {p.reason}")
+    edges = ",".join(p.edges)
     I, O = float(s.input_tokens), float(s.output_tokens)
     units, up, ud = prefill_decode_units(s.mode, p)
     # 2. prefix reuse through the layout's tiers on the prefill instances
@@ -502,7 +510,8 @@ def _evaluate(s: Scenario, reuse: ReuseCurve | None, overlap: bool) -> Result:
         cap_bytes = cold.capacity_tokens * cold.bytes_per_token
         if B * cold_bytes_seq > cap_bytes:
             return Result(False, f"cold copies of {B:.0f} sequences ({B * cold_bytes_seq / 1e9:.0f} GB) "
-                                 f"exceed the {cold.name} tier ({cap_bytes / 1e9:.0f} GB)")
+                                 f"exceed the {cold.name} tier ({cap_bytes / 1e9:.0f} GB)",
+                          plan_overlap=overlap, plan_edges=edges)
         cold_usd_per_req = cold.usd_per_s / cap_bytes * cold_bytes_seq * O * tpot_new
         # chapter 2's replacement rule: a drive is paid by amortisation or by wear, whichever is larger
         # (energy + max(capex, wear)); the storage share above already pays the capex part
@@ -525,4 +534,4 @@ def _evaluate(s: Scenario, reuse: ReuseCurve | None, overlap: bool) -> Result:
     return Result(meets, reason, usd, gpu_usd * per_m, tier_usd * per_m, cold_usd_per_req * per_m,
                   ttft, tpot, meets, h_real, r, recall_s, write_usd_per_req * per_m, O / dev_s,
                   p.tokens_per_s_per_device, prefix_write_usd_per_mtok=prefix_write_usd_per_req * per_m,
-                  plan_overlap=overlap)
+                  plan_overlap=overlap, plan_edges=edges)

@@ -105,24 +105,17 @@ def search_values(bench: dict, sweep: pd.DataFrame, val: dict, *, budget_devices
 
 def _edge_kinds(edges: pd.Series) -> dict:
     """Plans per kind of grid edge (``unit.axis`` codes of :func:`.search.grid_edges`, comma-joined per
-    plan): ``{kind: number of plans}``, a plan counted once per kind."""
-    out: dict = {}
-    for e in edges.fillna(""):
-        kinds = {x.split(".")[-1] for x in str(e).split(",") if x}
-        for k in kinds:
-            out[k] = out.get(k, 0) + 1
-    return out
+    plan): ``{kind: number of plans}``, a plan counted once per kind (:func:`.search.edge_kinds`)."""
+    return S.edge_kinds(edges.fillna(""))
 
 
-def _edge_words(k: str) -> str:
-    return {"budget": "the device budget", "ovl": "the most overlap micro-batches searched",
-            "m": "the most ping-pong micro-batches searched"}.get(k, f"the {S.EDGE_WORDS.get(k, k)}")
+_edge_words = S.edge_kind_words
 
 
 def edge_values(sweep: pd.DataFrame) -> dict:
     """The line saying where the chosen plans sit at an edge of their search grid (a better plan may lie
-    beyond it; each such plan also raised a :class:`.search.GridEdgeWarning`, which the chapter records
-    here instead of printing): the sweep's feasible best plans by kind of edge."""
+    beyond it; the sweep records each plan's edges instead of raising a :class:`.search.GridEdgeWarning`
+    per plan, :func:`.search.edges_kept`): the sweep's feasible best plans by kind of edge."""
     ok = sweep[sweep["feasible"].astype(bool)]
     kinds = _edge_kinds(ok["edges"])
     at = int((ok["edges"].fillna("") != "").sum())
@@ -410,6 +403,7 @@ def sensitivity_values(sens: pd.DataFrame) -> dict:
 def sensitivity_table(sens: pd.DataFrame):
     tps = "(tokens/s per GPU)"
     cols = {c: f"{c} {tps}" for c in ("Step-3 AFD", "DeepSeek-V3 D", "Step-3 D")}
+    sens = sens.drop(columns=[c for c in sens.columns if c.endswith(" edges")])  # the cells' grid edges
     return sens.rename(columns=cols).style.format(
         {**{c: "{:,.0f}" for c in cols.values()}, "DeepSeek-V3 error": "{:+.0%}"}).hide(axis="index")
 

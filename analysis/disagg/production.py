@@ -153,6 +153,7 @@ def goodput(plan, model, wl, slo, *, budget: int, chunked: bool = True, n_reques
             "attainment": att(lo) if lo > 0 else float("nan")}
 
 
+@S.keeps_edges
 def distserve_gain(model="OPT-13B", device="A100-SXM4-80GB", *, budget: int = 8, precision: str = "bf16",
                    eff: Efficiency = Efficiency(), n_requests: int = 600, seed: int = 0,
                    lengths: str = "sharegpt") -> dict:
@@ -167,7 +168,8 @@ def distserve_gain(model="OPT-13B", device="A100-SXM4-80GB", *, budget: int = 8,
     plan at the means and its best at each tensor-parallel degree are replayed and the best kept
     (``PD_candidates`` lists them; a plan sized for the mean prompt misses the TTFT SLO on the long
     ones even unloaded). FP16 as DistServe ran it is priced as ``bf16`` (the same bytes and
-    tensor-core rate on Ampere)."""
+    tensor-core rate on Ampere). ``edges``: the grid edges of the kept PD plan and the vLLM plan (their
+    warnings are kept out of the page, :func:`.search.edges_kept`)."""
     if lengths not in ("sharegpt", "means"):
         raise ValueError(f"lengths must be 'sharegpt' or 'means', got {lengths!r}")
     per_req = None
@@ -198,6 +200,7 @@ def distserve_gain(model="OPT-13B", device="A100-SXM4-80GB", *, budget: int = 8,
         r = goodput(plan, model, wl, DISTSERVE_SLO, budget=budget, chunked=True, n_requests=n_requests,
                     seed=seed, prec=prec, eff=eff, grid=gg)
         r["plan"] = key
+        r["edges"] = list(plan.edges)
         tried.append(r)
     out["PD"] = (max(tried, key=lambda r: r["rate_per_device"]) if tried else
                  {"rate_per_device": float("nan"), "reason": cands[0][1].reason})
@@ -206,5 +209,7 @@ def distserve_gain(model="OPT-13B", device="A100-SXM4-80GB", *, budget: int = 8,
                            seed=seed, prec=prec, eff=eff, grid=g1) if c_plan.feasible else
                    {"rate_per_device": float("nan"), "reason": c_plan.reason})
     out["gain"] = out["PD"]["rate_per_device"] / out["vLLM"]["rate_per_device"]
+    # the grid edges of the two plans compared (recorded, not warned: :func:`.search.edges_kept`)
+    out["edges"] = list(out["PD"].get("edges", [])) + (list(c_plan.edges) if c_plan.feasible else [])
     out["lengths"] = lengths
     return out

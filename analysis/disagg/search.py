@@ -35,6 +35,8 @@ Latency model (per request, steady state, open arrivals at the utilisation the p
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import itertools
 import math
 import time
@@ -757,6 +759,45 @@ def warn_edges(what: str, edges, grid: Grid, budget: int | None = None, stacklev
                                       "better plan"), stacklevel=stacklevel)
 
 
+@contextlib.contextmanager
+def edges_kept():
+    """No :class:`GridEdgeWarning` reaches the caller inside: for a function that prices many plans for a
+    page, where one warning per plan would bury the page. Every plan still keeps its edges
+    (:attr:`Plan.edges`), and such a function records them in its result (an ``edges`` column, or a
+    count: :func:`edge_kinds`) for the page to state in one line. A direct :func:`best_plan` call
+    outside warns as before. Worker processes forked inside inherit the filter."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", GridEdgeWarning)
+        yield
+
+
+def keeps_edges(fn):
+    """Decorator: ``fn`` runs inside :func:`edges_kept` (its plans' edges recorded, not warned)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with edges_kept():
+            return fn(*args, **kwargs)
+    return wrapper
+
+
+def edge_kinds(edges) -> dict:
+    """Plans per kind of grid edge: ``edges`` holds one entry per plan, its :func:`grid_edges` codes as a
+    list or comma-joined (empty or None: inside the grid); ``{kind: plans}`` (kind: the axis, e.g.
+    ``batch``, or ``budget``), a plan counted once per kind."""
+    out: dict = {}
+    for e in edges:
+        codes = e if isinstance(e, (list, tuple)) else ([] if e is None or e != e else str(e).split(","))
+        for k in {x.split(".")[-1] for x in codes if x}:
+            out[k] = out.get(k, 0) + 1
+    return out
+
+
+def edge_kind_words(k: str) -> str:
+    """Words for a kind of :func:`edge_kinds`, e.g. ``"the largest decode batch"``."""
+    return {"budget": "the device budget", "ovl": "the most overlap micro-batches searched",
+            "m": "the most ping-pong micro-batches searched"}.get(k, f"the {EDGE_WORDS.get(k, k)}")
+
+
 def _assemble(mode, combo, per_unit, wl, n_total, grid=None, budget=None, counts=None, moe=True) -> Plan:
     units, dev_cost, usd_cost, ttft, tpot = [], 0.0, 0.0, 0.0, 0.0
     for (unit, roles), i, (_, c) in zip(MODE_UNITS[mode], combo, per_unit):
@@ -819,17 +860,19 @@ def best_plans(model, wl, slo, hardware, modes=MODES, **kw) -> dict:
     return out
 
 
-def pareto(mode, model, wl, ttft_s, tpot_grid, hardware, **kw):
+def pareto(mode, model, wl, ttft_s, tpot_grid, hardware, with_edges: bool = False, **kw):
     """Best tokens/s per device of ``mode`` at each TPOT SLO of ``tpot_grid`` (TTFT SLO fixed):
-    the Pareto front of throughput per device against TPOT. NaN where no plan meets the SLO."""
+    the Pareto front of throughput per device against TPOT. NaN where no plan meets the SLO.
+    ``with_edges``: also each plan's :attr:`Plan.edges` (empty where none is feasible)."""
     cands = mode_candidates(mode, model, wl, hardware, budget=kw.get("budget", 64),
                             prec=kw.get("prec", Precision()), eff=kw.get("eff", Efficiency()),
                             grid=kw.get("grid", Grid()))
-    out = []
+    out, edges = [], []
     for t in tpot_grid:
         p = best_plan(mode, model, wl, SLO(ttft_s, t), hardware, _cands=cands, **kw)
         out.append(p.tokens_per_s_per_device if p.feasible else float("nan"))
-    return np.array(out)
+        edges.append(list(p.edges) if p.feasible else [])
+    return (np.array(out), edges) if with_edges else np.array(out)
 
 
 def throughput_benchmark(model="Llama-3.1-70B", device="H100-SXM5-80GB", repeat=3) -> dict:

@@ -90,6 +90,7 @@ def _plan_row(p: S.Plan):
             "units": json.dumps(units, default=float), "candidates": p.candidates, "edges": ",".join(p.edges)}
 
 
+@S.keeps_edges
 def run_cell(model, hw_name, hardware, wl, slo, *, budget, precision, objective, grid, enforce_context,
              eff=Efficiency(), price_models=None, whole=(), modes=S.MODES):
     """Best plan of every mode for one model, hardware set and workload (rows of the sweep).
@@ -221,18 +222,21 @@ def ablation(base_model, ratios, output_tokens, *, gpu, ttft_slo_s, ttft_slo_s_p
     return add_speedup(pd.DataFrame(rows), ["model", "ratio"])
 
 
+@S.keeps_edges
 def pareto_fronts(model, ratio, output_tokens, *, hardware_name, hardware, tpot_grid, ttft_slo_s,
                   ttft_slo_s_per_1k_input, budget, precision, af_over_scaleup,
                   eff: Efficiency = Efficiency()) -> pd.DataFrame:
-    """Best throughput per device of every mode at each TPOT SLO of ``tpot_grid`` (priced at ``eff``)."""
+    """Best throughput per device of every mode at each TPOT SLO of ``tpot_grid`` (priced at ``eff``), with
+    each plan's grid edges (``edges``, comma-joined; no warning per plan)."""
     wl = S.Workload(max(1.0, round(ratio * output_tokens)), output_tokens)
     ttft = slo_for(wl.input_tokens, ttft_slo_s, ttft_slo_s_per_1k_input, 1.0).ttft_s
     rows = []
     for mode in S.MODES:
-        tps = S.pareto(mode, model, wl, ttft, tpot_grid, hardware, budget=budget,
-                       prec=Precision.named(precision), grid=gpu_grid(af_over_scaleup),
-                       enforce_context=False, eff=eff)
-        rows += [{"mode": mode, "tpot_slo_s": t, "tps_device": v} for t, v in zip(tpot_grid, tps)]
+        tps, edges = S.pareto(mode, model, wl, ttft, tpot_grid, hardware, budget=budget,
+                              prec=Precision.named(precision), grid=gpu_grid(af_over_scaleup),
+                              enforce_context=False, eff=eff, with_edges=True)
+        rows += [{"mode": mode, "tpot_slo_s": t, "tps_device": v, "edges": ",".join(e)}
+                 for t, v, e in zip(tpot_grid, tps, edges)]
     return pd.DataFrame(rows)
 
 
@@ -282,6 +286,7 @@ def mooncake_cells(workload, models, gpus, npu_points, role_hardware, *, ttft_sl
     return add_speedup(pd.DataFrame([row for cell in cells for row in cell]), ["model", "hardware"])
 
 
+@S.keeps_edges
 def production_cells(device="H800-SXM5-80GB", budget=256,
                      eff_calibrated: Efficiency | None = None) -> pd.DataFrame:
     """The validation cells against StepFun's Step-3 report (see :mod:`.production`): simulated
@@ -326,12 +331,14 @@ EP_SENSITIVITY = (
 )
 
 
+@S.keeps_edges
 def production_sensitivity(device="H800-SXM5-80GB", budget=256,
                            eff: Efficiency | None = None) -> pd.DataFrame:
     """The StepFun cells (Step-3 AFD, DeepSeek-V3 EP decode, Step-3 EP decode; tokens/s per GPU) under
     each single change of :data:`EP_SENSITIVITY` to ``eff`` (default: the stated efficiencies), the
     overlap choices or the scale-up domain (FP8 device numbers, as the cells run), with DeepSeek-V3's
-    error against its published figure and whether AFD beats plain decode for Step-3."""
+    error against its published figure and whether AFD beats plain decode for Step-3 (and each cell's
+    grid edges, ``<cell> edges``)."""
     base = eff or Efficiency()
     pub = data.published("stepfun_dsv3_tps_per_gpu")["value"]
     rows = []
@@ -343,11 +350,12 @@ def production_sensitivity(device="H800-SXM5-80GB", budget=256,
             dev = {**devices.device(device, "fp8"), "domain": 1.0}
         elif overlaps:
             g = replace(g, overlaps=overlaps)
-        t = {f"{m} {md}": P.decode_throughput(m, dev, md, budget=budget, eff=e,
-                                               grid=g)["tokens_per_s_per_device"]
+        r = {f"{m} {md}": P.decode_throughput(m, dev, md, budget=budget, eff=e, grid=g)
              for m, md in (("Step-3", "AFD"), ("DeepSeek-V3", "D"), ("Step-3", "D"))}
+        t = {k: v["tokens_per_s_per_device"] for k, v in r.items()}
         rows.append({"change": name, **t, "DeepSeek-V3 error": t["DeepSeek-V3 D"] / pub - 1,
-                     "AFD above D": bool(t["Step-3 AFD"] > t["Step-3 D"])})
+                     "AFD above D": bool(t["Step-3 AFD"] > t["Step-3 D"]),
+                     **{f"{k} edges": ",".join(v.get("edges", [])) for k, v in r.items()}})
     return pd.DataFrame(rows)
 
 
@@ -395,6 +403,7 @@ def claim_inputs(sweep: pd.DataFrame, gpus, output_tokens, precision, modes=None
     return {"pd_gain": pd_gain, "ranking": ranking, "rho_sweep": float(within_ratio_rho(bd).median())}
 
 
+@S.keeps_edges
 def gain_cells(eff_calibrated: Efficiency | None = None, *,
                megascale_budget=64, distserve_budget=8, n_requests=600) -> pd.DataFrame:
     """The validation cells that publish a gain rather than a throughput, raw (stated efficiencies) and
@@ -434,6 +443,7 @@ def gain_cells(eff_calibrated: Efficiency | None = None, *,
         for col, eff in effs.items():
             row[col], r = gain(eff, float(st["tpot_slo_s"]))
             if col == "simulated":
+                row["edges"] = ",".join(e for m in ("AFD", "D") for e in r[m].get("edges", []))
                 row["detail"] = (f"AFD {r['AFD']['tokens_per_s_per_device']:,.0f} vs D "
                                  f"{r['D']['tokens_per_s_per_device']:,.0f} tok/s/GPU")
         row["tbt_low"] = gain(effs["simulated"], float(tbt["low"]))[0]
@@ -449,6 +459,7 @@ def gain_cells(eff_calibrated: Efficiency | None = None, *,
         r = P.distserve_gain(budget=distserve_budget, eff=eff, n_requests=n_requests)
         row[col] = r["gain"]
         if col == "simulated":
+            row["edges"] = ",".join(r.get("edges", []))
             row["detail"] = (f"PD {r['PD']['rate_per_device']:.2f} req/s/GPU on {r['PD']['devices']:g} GPUs "
                              f"{r['PD']['instances']} vs vLLM {r['vLLM']['rate_per_device']:.2f}")
     row["error"] = (row["simulated"] / lo - 1 if row["simulated"] < lo else
@@ -478,6 +489,7 @@ def validation(max_nfev=40):
 NO_CHUNK = "C, no chunked prefill"  # the colocated baseline as vLLM ran it by default
 
 
+@S.keeps_edges
 def tail_rerank(model, gpu, *, k, load, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s, budget, precision,
                 af_over_scaleup, seed=0, eff: Efficiency = Efficiency()) -> pd.DataFrame:
     """Each mode's ``k`` best plans by the analytic screen on the Mooncake conversation trace (its
