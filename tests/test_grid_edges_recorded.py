@@ -124,3 +124,14 @@ def test_edge_counts_counts_each_plan_once():
     assert line.startswith("3 of the 4 chapter 3 plans") and "2 at the largest decode batch" in line
     with pytest.raises(ComposeError, match="not in opts"):
         decide.edge_counts(every, opts[:1])
+
+
+def test_production_decode_throughput_reports_the_edges_it_warns_of():
+    """production.decode_throughput (the StepFun, MegaScale-Infer and revalidation cells) passes the chosen
+    configuration's edges on, so the tables that record them are not empty where a warning named edges."""
+    from analysis.disagg import production as P
+
+    with pytest.warns(S.GridEdgeWarning) as rec:
+        r = P.decode_throughput(MODEL, H100, "D", precision="bf16", budget=16, grid=_small_grid())
+    assert r["edges"] and S.describe_edges(r["edges"], _small_grid().limited(16), 16) in " ".join(
+        str(w.message) for w in _edge_warnings(rec))

@@ -92,7 +92,7 @@ def decode_throughput(model, device: str, mode: str, *, context: float = 4096.0,
     ``context - OUT_TOKENS / 2`` tokens, ``OUT_TOKENS`` output tokens), ``precision`` (FP8 by
     default), the validation grid (:func:`validation_grid`), operators priced by ``backend``
     (``"roofline"``, or ``"measured"``: :func:`measured_device`). Returns the throughput (tokens/s per
-    device, NaN if nothing meets the SLO), the TPOT (s) and the chosen configuration."""
+    device, NaN if nothing meets the SLO), the TPOT (s), the chosen configuration and its grid ``edges``."""
     if mode not in ("D", "AFD"):
         raise S.SearchError(f"mode must be 'D' or 'AFD', got {mode!r}")
     if backend not in ("roofline", "measured"):
@@ -102,7 +102,7 @@ def decode_throughput(model, device: str, mode: str, *, context: float = 4096.0,
     wl = S.Workload(max(1.0, context - OUT_TOKENS / 2), OUT_TOKENS)
     r = best_decode(model, device, mode, wl, tpot_slo_s=tpot_slo_s, prec=Precision.named(precision), eff=eff,
                     grid=grid or validation_grid(budget), budget=budget)
-    keys = ("tokens_per_s_per_device", "tpot_s", "config", "grid_edge", "candidates")
+    keys = ("tokens_per_s_per_device", "tpot_s", "config", "grid_edge", "edges", "candidates")
     return {k: r[k] for k in keys if k in r}
 
 

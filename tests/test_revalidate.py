@@ -1,0 +1,97 @@
+"""Issue 27 item 4: the table of every production row against its target (analysis.disagg.revalidate)."""
+import math
+import warnings
+
+import pytest
+
+from analysis import data
+from analysis.disagg import production as P
+from analysis.disagg import revalidate as R
+from analysis.disagg import search as S
+
+
+def _fake(monkeypatch, afd_over_d=0.8, dsv3=2324.0, ms_gain=0.7, ds=(4.8, 3.8, 3.9), ds_means=1.9):
+    """Stand-ins for the pricing functions (each warns of a grid edge, as the real ones do)."""
+    calls = {"decode": [], "distserve": []}
+
+    def decode(model, device, mode, **kw):
+        calls["decode"].append((model, device, mode, kw["backend"], kw["eff"].overlap))
+        warnings.warn(S.GridEdgeWarning(f"{model} {mode} at an edge"))
+        if device.startswith("A800"):  # MegaScale-Infer
+            v = 1000.0 * (ms_gain if mode == "AFD" else 1.0)
+        elif model == "DeepSeek-V3":
+            v = dsv3
+        else:
+            v = 3000.0 * (afd_over_d if mode == "AFD" else 1.0)
+        return {"tokens_per_s_per_device": v, "edges": [f"{mode}.batch"]}
+
+    def distserve(**kw):
+        calls["distserve"].append(kw)
+        warnings.warn(S.GridEdgeWarning("PD at an edge"))
+        g = ds_means if kw["lengths"] == "means" else ds[kw["seed"]]
+        return {"gain": g, "edges": ["P.rho"]}
+
+    monkeypatch.setattr(P, "decode_throughput", decode)
+    monkeypatch.setattr(P, "distserve_gain", distserve)
+    return calls
+
+
+def test_every_row_by_backend_and_overlap_without_warnings(monkeypatch, recwarn):
+    warnings.simplefilter("always")
+    calls = _fake(monkeypatch)
+    t = R.revalidation_table(seeds=3)
+    assert [w for w in recwarn.list if issubclass(w.category, S.GridEdgeWarning)] == []
+    # 2 backends x 2 overlaps x (2 StepFun cells + ordering + 2 MegaScale models) + 3 draws + the means
+    assert len(t) == 2 * 2 * 5 + 3 + 1
+    assert set(t["backend"]) == {"roofline", "measured"}
+    assert {c[3] for c in calls["decode"]} == {"roofline", "measured"}
+    assert sorted({c[4] for c in calls["decode"]}) == sorted({S.Efficiency().overlap, 1.0})
+    assert [c["seed"] for c in calls["distserve"]] == [0, 1, 2, 0]
+    assert all(e for e in t["edges"])  # the plans' edges are recorded per row
+
+
+def test_errors_and_targets(monkeypatch):
+    _fake(monkeypatch, afd_over_d=0.8, dsv3=2324.0 * 1.3, ms_gain=0.7, ds=(4.8, 3.8, 3.9), ds_means=1.9)
+    t = R.revalidation_table(seeds=3, backends=("roofline",), overlaps=(0.8,))
+    pub = data.published("stepfun_dsv3_tps_per_gpu")["value"]
+    dsv3 = t[t["row"].str.contains("DeepSeek-V3")].iloc[0]
+    assert dsv3["published"] == pub and dsv3["error"] == pytest.approx(0.3)
+    assert not dsv3["target_met"]  # 30% above: outside the +-25% band
+    order = t[t["kind"] == "ordering"].iloc[0]
+    assert order["simulated"] == pytest.approx(0.8) and not order["target_met"] and math.isnan(order["error"])
+    ms_pub = data.published("megascale_infer_gain_vs_trtllm_mixtral_dbrx")["value"]
+    ms = t[t["kind"] == "gain"]
+    assert len(ms) == 2 and ms["error"].tolist() == pytest.approx([0.7 / ms_pub - 1] * 2)
+    lo = data.published("distserve_chatbot_goodput_gain_low")["value"]
+    hi = data.published("distserve_chatbot_goodput_gain_high")["value"]
+    ds = t[t["kind"] == "range"].set_index("row")["error"].tolist()
+    assert ds == pytest.approx([4.8 / hi - 1, 0.0, 0.0, 1.9 / lo - 1])  # distance to the nearer end
+
+
+def test_ordering_right_when_afd_beats_decode(monkeypatch):
+    _fake(monkeypatch, afd_over_d=1.2)
+    t = R.revalidation_table(seeds=1, backends=("measured",), overlaps=(1.0,))
+    assert t[t["kind"] == "ordering"]["target_met"].all()
+
+
+def test_values_are_worded_from_the_table(monkeypatch):
+    _fake(monkeypatch, afd_over_d=0.8, ms_gain=0.64, ds=(4.8, 3.8, 3.9), ds_means=1.9)
+    t = R.revalidation_table(seeds=3)
+    v = R.revalidation_values(t)
+    assert v["ch3_reval_order_right"] == "0 of 4"
+    assert v["ch3_reval_order_ratio"] == "0.80x"
+    ms_pub = data.published("megascale_infer_gain_vs_trtllm_mixtral_dbrx")["value"]
+    assert v["ch3_reval_ms_needed"] == f"{ms_pub / 0.64:.1f}x"
+    assert v["ch3_reval_ds_gain"] == "3.8x to 4.8x" and v["ch3_reval_ds_inside"] == "2 of 3"
+    assert v["ch3_reval_ds_means"] == "1.90x" and v["ch3_reval_ds_requests"] == "600"
+    assert v["ch3_reval_ds_tail"] == f"{round(600 * (1 - P.ATTAINMENT)):,}"
+    n_valued = int((t["kind"] != "ordering").sum())
+    assert v["ch3_reval_within"] == f"{int(t.loc[t['kind'] != 'ordering', 'target_met'].sum())} of {n_valued}"
+    assert R.display(t) is not None
+
+
+def test_bad_input_is_a_clear_error():
+    with pytest.raises(ValueError, match="backend"):
+        R.revalidation_table(backends=("tables",))
+    with pytest.raises(ValueError, match="seeds"):
+        R.revalidation_table(seeds=0)
