@@ -115,7 +115,7 @@ def revalidation_values(table: pd.DataFrame) -> dict:
     meet their target, the Step-3 ordering, MegaScale-Infer's gains and the factor by which AFD would
     have to gain to reach the published figure, and DistServe over the draws and at the means."""
     t = table
-    out = {"ch3_reval_band": f"±{TOL:.0%}", "ch3_reval_backends": " and ".join(sorted(set(t["backend"]))),
+    out = {"ch3_reval_band": f"±{TOL:.0%}", "ch3_reval_backends": " and ".join(dict.fromkeys(t["backend"])),
            "ch3_reval_overlaps": " and ".join(f"{o:g}" for o in sorted(set(t["overlap"])))}
     valued = t[t["kind"] != "ordering"]
     order = t[t["kind"] == "ordering"]
