@@ -110,6 +110,16 @@ def test_stale_reasons_key_on_the_inputs_of_the_settings(monkeypatch):
     """The settings are stale when policies.py/quant.py hash differently from the recorded code hash or
     a tuning document's tokens differ from the recorded sha256 (not when corpora.py merely gains
     documents); settings without recorded inputs fall back to git diff of the three files."""
+    real = tuning.document_hashes
+    memo = {}
+
+    def once(docs, P, D):  # the real tokenization, once per input: stale_reasons asks for it at every call
+        k = (tuple(docs), P, D)
+        if k not in memo:
+            memo[k] = real(docs, P, D)
+        return dict(memo[k])
+
+    monkeypatch.setattr(tuning, "document_hashes", once)
     tuned = json.loads(json.dumps(tuning.load()))
     assert set(tuned["inputs"]["modules"]) >= set(tuning.DEPENDS_ON_MODULES)
     assert set(tuned["inputs"]["documents"]) == set(tuned["tuning_documents"])
@@ -121,11 +131,10 @@ def test_stale_reasons_key_on_the_inputs_of_the_settings(monkeypatch):
     t["inputs"]["documents"][spec] = "0" * 64
     assert tuning.stale_reasons(t) == [f"tuning document {spec} has other tokens than those searched on"]
     # the tokens of a document change (e.g. corpora.py or the tokenizer changed how it is built)
-    real = tuning.document_hashes
     monkeypatch.setattr(tuning, "document_hashes",
-                        lambda docs, P, D: {**real(docs, P, D), spec: "changed"})
+                        lambda docs, P, D: {**once(docs, P, D), spec: "changed"})
     assert tuning.stale_reasons(tuned) == [f"tuning document {spec} has other tokens than those searched on"]
-    monkeypatch.setattr(tuning, "document_hashes", real)
+    monkeypatch.setattr(tuning, "document_hashes", once)
     t = json.loads(json.dumps(tuned))
     t["inputs"]["modules"] = ["analysis.qevict.quant"]
     assert any("do not cover analysis.qevict.policies" in r for r in tuning.stale_reasons(t))
