@@ -18,8 +18,10 @@ anything, with :mod:`ast`:
   :mod:`analysis.artifacts` (long runs committed with provenance, which chapters read instead of
   computing), ``read_artifact("name")`` reads every file of ``results/name/``, and
   ``read_artifact(x)`` with a name that is not a literal, or ``list_artifacts()``, every artifact's
-  files. ``analysis/data.py`` and ``analysis/artifacts.py`` (the loaders) and this module are hashed
-  but not scanned for names: they name every file.
+  files, or only those of the artifacts whose names start with a prefix the module declares in a
+  module-level ``ARTIFACTS_READ = ("prefix", ...)`` (checked against what pages really read).
+  ``analysis/data.py`` and ``analysis/artifacts.py`` (the loaders) and this module are not scanned
+  for names: they name every file.
 
 A key is the sha256 of the (path, content) of every dependency, so editing
 ``analysis/qevict/policies.py`` changes the keys of the chapters that import it (4 and 5) and of
@@ -218,6 +220,7 @@ def files_read(tree: ast.AST, current: str = "__main__", is_pkg: bool = False) -
             out.update(_LOADER_CALLS[fn])
         elif fn == "table" and not (node.args and isinstance(node.args[0], ast.Constant)):
             out.update(f.relative_to(REPO_ROOT).as_posix() for f in cands if f.parent == DATA_DIR)
+    declared = _artifacts_declared(tree)
     for fn, node in _loader_calls(tree, current, is_pkg, "artifacts"):
         if fn not in _ARTIFACT_CALLS:
             continue
@@ -227,8 +230,21 @@ def files_read(tree: ast.AST, current: str = "__main__", is_pkg: bool = False) -
             out.add(f"results/{arg.value}/provenance.json")
             out.update(f.relative_to(REPO_ROOT).as_posix() for f in artifact_files(arg.value))
         else:
-            out.update(f.relative_to(REPO_ROOT).as_posix() for f in artifact_files())
+            out.update(f.relative_to(REPO_ROOT).as_posix() for f in artifact_files()
+                       if declared is None or f.parent.name.startswith(declared))
     return out
+
+
+def _artifacts_declared(tree: ast.AST) -> tuple[str, ...] | None:
+    """The name prefixes of a module-level ``ARTIFACTS_READ = ("prefix", ...)`` (string literals), or
+    None when the module declares none."""
+    for node in getattr(tree, "body", []):
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name) and node.targets[0].id == "ARTIFACTS_READ"
+                and isinstance(node.value, ast.Tuple)
+                and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.value.elts)):
+            return tuple(e.value for e in node.value.elts)
+    return None
 
 
 # ------------------------------------------------------------------------------------ chapters

@@ -209,3 +209,16 @@ def test_artifact_loader_calls():
     every = deps.files_read(ast.parse("from analysis.artifacts import list_artifacts\nlist_artifacts()"))
     assert {f"results/{a}/provenance.json" for a in arts} <= every
     assert deps.files_read(ast.parse("read_artifact('x')")) == set()  # not the loader's function
+
+
+def test_declared_artifact_families_narrow_a_computed_read():
+    """A module that reads artifacts by computed names declares their name prefixes (ARTIFACTS_READ):
+    chapter 4 no longer re-executes when another chapter's artifact changes; undeclared, every artifact."""
+    tree = ast.parse("from analysis.artifacts import read_artifact\nfor n in names:\n    read_artifact(n)\n")
+    every = {f.relative_to(REPO).as_posix() for f in deps.artifact_files()}
+    assert deps.files_read(tree) == every
+    narrowed = deps.files_read(ast.parse('ARTIFACTS_READ = ("qevict_long_",)\n' + ast.unparse(tree)))
+    assert narrowed and narrowed < every and all(f.startswith("results/qevict_long_") for f in narrowed)
+    for other in ("results/sharegpt_lengths/pairs.csv", "results/aic_side_by_side/provenance.json"):
+        assert "04_qevict" not in _pages_depending_on(other)
+    assert "04_qevict" in _pages_depending_on("results/qevict_long_main_smollm2/summary.csv")

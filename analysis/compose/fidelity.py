@@ -48,6 +48,7 @@ from ..qevict import params as qparams
 from ..qevict.policies import POLICIES
 
 SOURCES = ("chapter 4", "published", "exact", "none")
+ARTIFACTS_READ = ("qevict_long_",)  # what the computed names below read (analysis.deps keys on these)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ import pandas as pd
 from ..artifacts import list_artifacts, read_artifact
 from .crosscheck import ARTIFACT, LOGIT_TOLERANCE_FACTOR, within_tolerance
 
+ARTIFACTS_READ = ("qevict_kvpress_crosscheck",)  # = crosscheck.ARTIFACT, for analysis.deps (a literal)
+
 # The agreement tolerance of "identical within float tolerance" is an AMENDMENT (the book's rules of
 # evidence: a rule changed after its value was computed is logged and the outcome under the original
 # rule shown).  It lives in code (analysis.qevict.crosscheck), not in data/claims.yaml, so it is logged

@@ -23,6 +23,8 @@ from .metrics import (
 from .verdicts import by_genre, drift_rule_recompute, missing_documents, qevict_recompute, qevict_value
 
 LONG_SWEEP = REPO_ROOT / "sweeps" / "qevict_long.yaml"
+# the committed artifacts this module reads by computed names (analysis.deps keys a page on these only)
+ARTIFACTS_READ = ("qevict_",)
 
 
 def long_runs(sweep: Path = LONG_SWEEP) -> list:
