@@ -147,16 +147,18 @@ def revalidation_values(table: pd.DataFrame) -> dict:
     return out
 
 
-def _target(kind: str, met: bool) -> str:
-    if kind == "ordering":
-        return "ordering right" if met else "ordering wrong"
-    return f"within ±{TOL:.0%}" if met else f"outside ±{TOL:.0%}"
-
-
 def display(table: pd.DataFrame):
-    """The table for the page: published figure in words, error and whether the target is met."""
-    t = table.assign(target=[_target(k, m) for k, m in zip(table["kind"], table["target_met"])])
-    t = t[["row", "backend", "overlap", "simulated", "published_text", "error", "target"]].rename(
-        columns={"published_text": "published"})
-    return t.style.format({"overlap": "{:g}", "simulated": "{:,.2f}", "error": "{:+.0%}"},
-                          na_rep="–").hide(axis="index")
+    """The table for the page, one line per production row (9, not 24): the published figure in words,
+    then per backend and overlap the simulated value, its error and whether the target is met."""
+    def cell(r):
+        err = "" if pd.isna(r["error"]) else f" ({r['error']:+.0%})"
+        met = "" if pd.isna(r["target_met"]) else (" ✓" if r["target_met"] else " ✗")
+        return f"{r['simulated']:,.2f}{err}{met}"
+
+    t = table.assign(value=[cell(r) for _, r in table.iterrows()],
+                     setting=[f"{b}, overlap {o:g}" for b, o in zip(table["backend"], table["overlap"])])
+    wide = t.pivot_table(index=["row", "published_text"], columns="setting", values="value",
+                         aggfunc="first", sort=False)
+    wide = wide.reset_index().rename(columns={"published_text": "published"})
+    wide.columns.name = None
+    return wide.style.format(na_rep="–").hide(axis="index")
