@@ -19,11 +19,13 @@ Clients beyond ``A`` queue: ``TTFT += (c - A) / X`` with ``X = A / cycle``
 
 **Disaggregated (``disagg``).** Prefill workers serve a FIFO queue (``W_p`` workers, ``pbs`` prompts
 per pass per DP rank, service rate ``mu_p``); the KV cache moves over the prefill workers' NICs
-(layer-wise overlapped); decode workers run continuous batching. Throughput ``X`` solves the closed
-loop ``X = min(mu_p, c / (t_p + x + (osl-1) t_dec(A_d)), decode limit)`` with ``A_d`` the decode
-concurrency it implies (fixed-point), and ``TTFT = c / X - (osl-1) t_dec`` (Little's law), mixed
-with the wave value by ``sync_disagg``. Rows that do not give worker counts cannot be predicted
-(listed); ``load_rows(assume_workers=True)`` predicts them with one worker per stage as a sensitivity.
+(layer-wise overlapped); decode workers run continuous batching, each holding the decode batch the
+run records (``decode_batch_size`` per DP rank; the memory estimate only where none is recorded).
+Throughput ``X`` solves the closed loop ``X = min(mu_p, c / (t_p + x + (osl-1) t_dec(A_d)), decode
+limit)`` with ``A_d`` the decode concurrency it implies (fixed-point), and ``TTFT = c / X - (osl-1)
+t_dec`` (Little's law), mixed with the wave value by ``sync_disagg``. Rows that do not give worker
+counts cannot be predicted (listed); ``load_rows(assume_workers=True)`` predicts them with one worker
+per stage as a sensitivity.
 
 Rows whose model is not in ``data/models.csv`` or that lack the concurrency or parallel sizes are
 *listed*, never dropped silently (:func:`load_rows` returns them with a ``skip_reason``).
@@ -337,9 +339,13 @@ def _disagg(s, g, eff, prec, dev, cal):
     nd = tpd * dpd
     w = costs.weight_bytes_per_device(s, prec, tp=tpd, n=nd)
     kv1 = costs.kv_bytes_per_device(s, prec, seqs=1.0, ctx=I + O, tp=tpd, dp=1.0)
-    cap_d = np.minimum(
-        np.maximum(np.floor((dev["cap"] * (1 - eff.mem_reserve) - w) / kv1) * dpd, 1.0), dbs * dpd
-    )
+    # the decode batch the run was configured with (and served: every PD run's concurrency fills it) is a
+    # measured fact; the memory estimate (weights plus KV under the simulator's flat planning reserve,
+    # ``Efficiency.mem_reserve``) only bounds a run that records no decode batch. Where the two disagree
+    # the estimate is wrong for that engine, not the run (DeepSeek-V3 in fp8 on four GB200s leaves
+    # less than the 10% reserve beside its weights, yet SGLang served 8 sequences per rank there).
+    mem_d = np.maximum(np.floor((dev["cap"] * (1 - eff.mem_reserve) - w) / kv1) * dpd, 1.0)
+    cap_d = np.where(np.isfinite(dbs), dbs * dpd, mem_d)
     A = np.minimum(c / Wd, cap_d)
     for _ in range(8):
         t_dec = costs.colocated_pass_time(
