@@ -678,12 +678,29 @@ def pipelined(serial, perfect, overlap):
     return serial - overlap * (serial - perfect)
 
 
-def layerwise_overlap(compute, load, layers):
+# Layer-wise overlap of a load (a cached prefix read from a tier, the PD KV transfer) with the pass's
+# computation: the share of the hideable time that is hidden. 1 (the default) is the ideal layer-wise
+# pipeline, an ASSUMPTION with no measured fraction behind it: Mooncake and DistServe describe their
+# layer-wise KV transfer as overlapped with computation without giving how much of it hides. Its size is
+# stated where it matters (chapter 3's evidence page prices the PD validation at 0 and 0.5).
+LAYERWISE_OVERLAP = 1.0
+
+
+def layerwise_overlap(compute, load, layers, overlap: float = LAYERWISE_OVERLAP):
     """Service time of a pass whose ``load`` (e.g. a cached prefix read from a tier) is overlapped
-    layer by layer with its ``compute``: the longer of the two plus one layer's share of the
+    layer by layer with its ``compute``: ideally the longer of the two plus one layer's share of the
     shorter, ``max(c, l) + min(c, l) / layers`` (the first layer's load cannot hide, nor the last
-    layer's compute). The one overlap rule of chapter 2's replay and chapter 5's composition."""
-    return np.maximum(compute, load) + np.minimum(compute, load) / layers
+    layer's compute); ``overlap`` < 1 hides only that share of what the ideal pipeline hides
+    (:func:`pipelined`; 0: ``c + l``). The one overlap rule of chapter 2's replay and chapter 5's
+    composition."""
+    _check_share(overlap)
+    ideal = np.maximum(compute, load) + np.minimum(compute, load) / layers
+    return ideal if overlap == 1.0 else pipelined(compute + load, ideal, overlap)
+
+
+def _check_share(overlap):
+    if not (np.isscalar(overlap) and 0.0 <= float(overlap) <= 1.0):
+        raise ValueError(f"overlap must be a share in [0, 1] of the hideable time, got {overlap!r}")
 
 
 @functools.lru_cache(maxsize=256)
@@ -814,13 +831,17 @@ def kv_transfer_bytes(s: Shape, prec: Precision, tokens):
 
 
 def kv_transfer_exposed(s: Shape, prec: Precision, eff: Efficiency, *, seqs, tokens, t_pass, devices, net,
-                        backend: str = "roofline"):
+                        backend: str = "roofline", overlap: float = LAYERWISE_OVERLAP):
     """Exposed time of the PD KV transfer of one prefill pass of ``seqs`` prompts of ``tokens``
     tokens over the NICs of ``devices`` prefill devices at ``net`` bytes/s each: the transfer
     ``x = seqs * kv_transfer_bytes / (devices * net * link_eff)`` runs layer by layer behind the pass
     of duration ``t_pass``, so what shows is ``max(x - t_pass, 0) + x / n_layers`` (the part longer
-    than the pass, plus the last layer's share, which can only start when the pass ends)."""
+    than the pass, plus the last layer's share, which can only start when the pass ends). ``overlap``
+    (:data:`LAYERWISE_OVERLAP`, an assumption) < 1 hides only that share of what the ideal pipeline
+    hides (0: the whole transfer shows, ``x``)."""
+    _check_share(overlap)
     by = seqs * kv_transfer_bytes(s, prec, tokens)
     x = price(Op("p2p", {"bytes": by / devices, "n": devices}, bytes_=by / devices,
                  wire_s=by / (devices * net * eff.link)), eff, backend)
-    return np.maximum(x - t_pass, 0.0) + x / s.n_layers
+    ideal = np.maximum(x - t_pass, 0.0) + x / s.n_layers
+    return ideal if overlap == 1.0 else pipelined(x, np.minimum(ideal, x), overlap)

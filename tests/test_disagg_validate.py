@@ -56,3 +56,28 @@ def test_queueing_raises_ttft_with_concurrency(rows):
 def test_assumed_workers_is_a_separate_sensitivity():
     r = V.load_rows(assume_workers=True)
     assert (r["skip_reason"] == "").sum() > (V.load_rows()["skip_reason"] == "").sum()
+
+
+def test_one_efficiency_pair_per_silicon_and_dropped_fields_fixed():
+    """GB200 (GB300) takes the fitted efficiencies of B200 (B300), the same die; the step overhead is
+    not fitted (fixed at 0) and the vector holds only the fitted constants."""
+    lo, hi = V.Calibration.bounds()
+    v = (lo + hi) / 2
+    v[V.FIT_SYSTEMS.index("b200_sxm")] = 0.37
+    c = V.Calibration.from_vector(v)
+    assert c.compute["gb200"] == c.compute["b200_sxm"] == 0.37
+    assert c.bandwidth["gb300"] == c.bandwidth["b300_sxm"]
+    assert "gb200" not in V.FIT_SYSTEMS and len(v) == len(lo)
+    assert c.step_overhead_s == {b: 0.0 for b in V.BACKENDS}
+    assert "step_overhead_s" not in V.fitted_fields()
+
+
+def test_at_bounds_names_the_pinned_constants():
+    lo, hi = V.Calibration.bounds()
+    v = (lo + hi) / 2
+    c = V.Calibration.from_vector(v)
+    assert V.at_bounds(c) == []
+    v[V.FIT_SYSTEMS.index("b200_sxm") + len(V.FIT_SYSTEMS)] = hi[0]  # B200 bandwidth at 1.0
+    i = len(v) - 2 * len(V.BACKENDS) + V.BACKENDS.index("sglang")  # SGLang's per-layer overhead at 0
+    v[i] = 0.0
+    assert V.at_bounds(V.Calibration.from_vector(v)) == ["bandwidth/b200_sxm", "layer_overhead_s/sglang"]

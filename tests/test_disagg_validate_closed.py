@@ -102,3 +102,34 @@ def test_memory_caps_the_engine_concurrency():
     batch5 = V._agg(s, g, eff, prec, dev0, _cal(0.5))
     assert capped[0][0] == pytest.approx(batch5[0][0], rel=1e-9)
     assert capped[1][0] == pytest.approx(batch5[1][0], rel=1e-9)
+
+
+def _disagg_setup(cap, dbs=8.0, c=8.0):
+    """One PD run of Llama-3.1-8B on H100s: one prefill and one decode worker (TP1), ``c`` clients,
+    decode batch ``dbs``, device memory ``cap``."""
+    s, g, eff, prec, dev = _setup(cap=cap)
+    g.update(prefill_tp_size=np.array([1.0]), decode_tp_size=np.array([1.0]),
+             prefill_num_workers=np.array([1.0]), decode_num_workers=np.array([1.0]),
+             prefill_batch_size=np.array([1.0]), decode_batch_size=np.array([dbs]),
+             concurrency=np.array([c]))
+    return s, g, eff, prec, dev
+
+
+def test_pd_decode_holds_the_recorded_batch_even_where_the_memory_estimate_says_less():
+    """A PD run that records a decode batch of 8 and ran 8 clients held 8 sequences: a device whose
+    memory estimate (weights plus KV under the flat reserve) leaves room for 1 must predict the same as
+    an ample one (before the fix the estimate capped the batch at 1 and queued 7 clients, the rows that
+    predicted 100x the measured TTFT); without a recorded batch the estimate still caps it."""
+    s, _, eff, prec, _ = _setup()
+    w = float(np.ravel(costs.weight_bytes_per_device(s, prec, tp=1.0, n=1.0))[0])
+    kv1 = float(np.ravel(costs.kv_bytes_per_device(s, prec, seqs=1.0, ctx=1100.0, tp=1.0, dp=1.0))[0])
+    tight = (w + 1.5 * kv1) / (1 - eff.mem_reserve)
+    cal = _cal(0.5)
+    small = V._disagg(*_disagg_setup(tight)[:2], eff, prec, _disagg_setup(tight)[4], cal)
+    ample = V._disagg(*_disagg_setup(None)[:2], eff, prec, _disagg_setup(None)[4], cal)
+    assert small[0][0] == pytest.approx(ample[0][0], rel=1e-9)
+    assert small[1][0] == pytest.approx(ample[1][0], rel=1e-9)
+    # no recorded batch: the memory estimate bounds the decode worker (1 sequence), 7 clients queue
+    s, g, eff, prec, dev = _disagg_setup(tight, dbs=np.nan)
+    unknown = V._disagg(s, g, eff, prec, dev, cal)
+    assert unknown[0][0] > 3 * ample[0][0]

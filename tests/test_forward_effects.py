@@ -96,3 +96,26 @@ def test_production_cells_can_be_priced_by_the_measured_tables():
     assert np.isfinite(r["measured"]) and r["measured"] != pytest.approx(r["roofline"], rel=1e-3)
     with pytest.raises(S.SearchError, match="backend"):
         P.decode_throughput("DeepSeek-V3", H800, "D", budget=16, grid=g, backend="tables")
+
+
+def test_layerwise_overlaps_are_a_declared_share_perfect_by_assumption():
+    """Layer-wise overlap (a tier load, the PD KV transfer) hides the share ``overlap`` of what the ideal
+    layer-wise pipeline hides: 1 (the declared assumption, fw.LAYERWISE_OVERLAP) is the ideal rule, 0
+    serial, 0.5 half-way; a share outside [0, 1] is refused."""
+    assert fw.LAYERWISE_OVERLAP == 1.0
+    c, ld, L = 4.0, 2.0, 4
+    ideal = max(c, ld) + min(c, ld) / L
+    assert fw.layerwise_overlap(c, ld, L) == pytest.approx(ideal)
+    assert fw.layerwise_overlap(c, ld, L, overlap=0.0) == pytest.approx(c + ld)
+    assert fw.layerwise_overlap(c, ld, L, overlap=0.5) == pytest.approx((c + ld + ideal) / 2)
+    with pytest.raises(ValueError, match="share"):
+        fw.layerwise_overlap(c, ld, L, overlap=1.5)
+    s = fw.shape("Llama-3.1-8B")
+    eff = fw.Efficiency()
+    kw = dict(seqs=3, tokens=2000, t_pass=1.0, devices=2, net=1e9)
+    x = 3 * float(fw.kv_transfer_bytes(s, fw.Precision(), 2000)) / (2 * 1e9 * eff.link)
+    hidden = float(fw.kv_transfer_exposed(s, fw.Precision(), eff, **kw))
+    assert hidden == pytest.approx(max(x - 1.0, 0) + x / s.n_layers)
+    assert float(fw.kv_transfer_exposed(s, fw.Precision(), eff, overlap=0.0, **kw)) == pytest.approx(x)
+    half = float(fw.kv_transfer_exposed(s, fw.Precision(), eff, overlap=0.5, **kw))
+    assert half == pytest.approx((x + hidden) / 2)

@@ -95,3 +95,24 @@ def test_bad_input_is_a_clear_error():
         R.revalidation_table(backends=("tables",))
     with pytest.raises(ValueError, match="seeds"):
         R.revalidation_table(seeds=0)
+
+
+def test_pd_ttft_values_count_the_slow_runs_and_price_the_kv_overlap():
+    """The PD-TTFT words: the held-out median against the 25% target, the runs whose measured TTFT
+    exceeds SLOW_SHARE of their own decode cycle (counted from the rows), and the KV transfer's
+    layer-wise overlap at 0 and 0.5 (a serial transfer can only lengthen the TTFT)."""
+    from analysis.disagg import validate as V
+    rows = V.load_rows()
+    cal = V.Calibration()
+    val = {"rows": rows, "calibration": cal, "pred": V.predict(rows, cal)}
+    out = R.pd_ttft_values(val)
+    t = R._pd_held_out(val["pred"])
+    slow = t["silicon_ttft_ms"] > R.SLOW_SHARE * (t["osl"] - 1) * t["silicon_tpot_ms"]
+    assert 0 < slow.sum() < len(t)
+    assert out["ch3_reval_pd_slow"] == f"{int(slow.sum()):,} of {len(t):,}"
+    assert out["ch3_reval_pd_ttft_median"] == f"{t['err_ttft'].abs().median():.0%}"
+    assert out["ch3_reval_pd_ttft_target"] == "25%"
+    serial = R._pd_held_out(V.predict(rows, cal, kv_overlap=0.0))
+    assert (serial["pred_ttft_ms"] >= t["pred_ttft_ms"] - 1e-9).all()
+    assert (serial["pred_ttft_ms"] > t["pred_ttft_ms"]).any()
+    assert float(out["ch3_reval_pd_kv00_shift"].rstrip("%")) > 0

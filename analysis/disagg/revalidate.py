@@ -18,10 +18,17 @@ from __future__ import annotations
 import pandas as pd
 
 from .. import claims, data
-from ..forward import Efficiency
+from ..forward import LAYERWISE_OVERLAP, Efficiency
 from . import production as P
 from . import search as S
+from . import validate as V
 
+PD_TTFT_TARGET = 0.25  # the issue's target: disaggregated TTFT median error on the held-out runs at most 25%
+# Diagnosis threshold (stated before the count was taken): a measured TTFT above this share of the run's
+# own decode cycle ((osl - 1) x measured TPOT) is far beyond a prefill pass in these runs (a prefill of
+# one prompt takes a few percent of the cycle), so it is queueing the recorded configuration does not show.
+SLOW_SHARE = 0.2
+KV_OVERLAPS = (0.0, 0.5)  # the PD KV transfer's layer-wise overlap the size estimate prices
 TOL = 0.25  # the issue's band: every row within +-25% of its published figure, or the missing effect named
 BACKENDS = ("roofline", "measured")
 STEPFUN_CELLS = (("Step-3", "AFD"), ("DeepSeek-V3", "D"), ("Step-3", "D"))
@@ -162,3 +169,45 @@ def display(table: pd.DataFrame):
     wide = wide.reset_index().rename(columns={"published_text": "published"})
     wide.columns.name = None
     return wide.style.format(na_rep="–").hide(axis="index")
+
+
+def _pd_held_out(pred: pd.DataFrame) -> pd.DataFrame:
+    return pred[(pred["skip_reason"] == "") & (pred["split"] == "test") & (pred["mode"] == "disagg")]
+
+
+def pd_ttft_values(val: dict) -> dict:
+    """The disaggregated-TTFT target on AIConfigurator's held-out PD runs (``val``:
+    :func:`.study.validation`): the median error against :data:`PD_TTFT_TARGET`, the calibrated
+    constants at a bound (:func:`.validate.at_bounds`), the runs whose measured TTFT exceeds
+    :data:`SLOW_SHARE` of their own decode cycle (count, median error, the configurations that show
+    both regimes at different concurrencies and the median error without those runs), and the size of
+    the assumed perfect layer-wise overlap of the KV transfer (the median error at the overlaps
+    :data:`KV_OVERLAPS`)."""
+    t = _pd_held_out(val["pred"])
+    err = t["err_ttft"].abs()
+    med = float(err.median())
+    out = {"ch3_reval_pd_rows": f"{len(t):,}", "ch3_reval_pd_ttft_median": f"{med:.0%}",
+           "ch3_reval_pd_ttft_target": f"{PD_TTFT_TARGET:.0%}",
+           "ch3_reval_pd_ttft_met": "meets" if med <= PD_TTFT_TARGET else "misses"}
+    pinned = V.at_bounds(val["calibration"])
+    out["ch3_reval_cal_fitted"] = f"{len(val['calibration'].vector()):,}"
+    out["ch3_reval_cal_at_bound"] = f"{len(pinned):,}" + (f" ({', '.join(pinned)})" if pinned else "")
+    cycle = (t["osl"] - 1) * t["silicon_tpot_ms"]
+    slow = t["silicon_ttft_ms"] > SLOW_SHARE * cycle
+    out["ch3_reval_pd_slow_share"] = f"{SLOW_SHARE:.0%}"
+    out["ch3_reval_pd_slow"] = f"{int(slow.sum()):,} of {len(t):,}"
+    out["ch3_reval_pd_slow_err"] = f"{float(err[slow].median()):.0%}" if slow.any() else "n/a"
+    under = float((t.loc[slow, "err_ttft"] < 0).mean()) if slow.any() else float("nan")
+    out["ch3_reval_pd_slow_under"] = f"{under:.0%}" if slow.any() else "n/a"
+    out["ch3_reval_pd_rest_err"] = f"{float(err[~slow].median()):.0%}" if (~slow).any() else "n/a"
+    cfg = t["id"].astype(str).str.extract(r"(cfg\d+)")[0].fillna(t["group"])
+    both = slow.groupby(cfg).agg(["any", "all"])
+    out["ch3_reval_pd_mixed_cfgs"] = (f"{int((both['any'] & ~both['all']).sum()):,} of "
+                                      f"{int(both['any'].sum()):,}")
+    for o in KV_OVERLAPS:
+        p = _pd_held_out(V.predict(val["rows"], val["calibration"], kv_overlap=o))
+        out[f"ch3_reval_pd_kv{int(o * 10):02d}"] = f"{float(p['err_ttft'].abs().median()):.0%}"
+        shift = float((p["pred_ttft_ms"] / t["pred_ttft_ms"]).max() - 1)
+        out[f"ch3_reval_pd_kv{int(o * 10):02d}_shift"] = f"{shift:+.1%}"
+    out["ch3_reval_kv_overlap"] = f"{LAYERWISE_OVERLAP:g}"
+    return out

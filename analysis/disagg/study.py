@@ -470,7 +470,8 @@ def gain_cells(eff_calibrated: Efficiency | None = None, *,
 
 def calibrated_efficiency(cal, system="h100_sxm", backend="trtllm") -> Efficiency:
     """The stated efficiencies with one GPU's fitted compute and bandwidth efficiency and one backend's
-    fitted step and per-layer overheads (:class:`.validate.Calibration`)."""
+    step and per-layer overheads (:class:`.validate.Calibration`; the step overhead is not fitted, 0:
+    :data:`.validate.DROPPED`)."""
     return Efficiency().replace(compute=float(cal.compute[system]), bandwidth=float(cal.bandwidth[system]),
                                 step_overhead_s=float(cal.step_overhead_s[backend]),
                                 layer_overhead_s=float(cal.layer_overhead_s[backend]))

@@ -19,11 +19,13 @@ Clients beyond ``A`` queue: ``TTFT += (c - A) / X`` with ``X = A / cycle``
 
 **Disaggregated (``disagg``).** Prefill workers serve a FIFO queue (``W_p`` workers, ``pbs`` prompts
 per pass per DP rank, service rate ``mu_p``); the KV cache moves over the prefill workers' NICs
-(layer-wise overlapped); decode workers run continuous batching. Throughput ``X`` solves the closed
-loop ``X = min(mu_p, c / (t_p + x + (osl-1) t_dec(A_d)), decode limit)`` with ``A_d`` the decode
-concurrency it implies (fixed-point), and ``TTFT = c / X - (osl-1) t_dec`` (Little's law), mixed
-with the wave value by ``sync_disagg``. Rows that do not give worker counts cannot be predicted
-(listed); ``load_rows(assume_workers=True)`` predicts them with one worker per stage as a sensitivity.
+(layer-wise overlapped); decode workers run continuous batching, each holding the decode batch the
+run records (``decode_batch_size`` per DP rank; the memory estimate only where none is recorded).
+Throughput ``X`` solves the closed loop ``X = min(mu_p, c / (t_p + x + (osl-1) t_dec(A_d)), decode
+limit)`` with ``A_d`` the decode concurrency it implies (fixed-point), and ``TTFT = c / X - (osl-1)
+t_dec`` (Little's law), mixed with the wave value by ``sync_disagg``. Rows that do not give worker
+counts cannot be predicted (listed); ``load_rows(assume_workers=True)`` predicts them with one worker
+per stage as a sensitivity.
 
 Rows whose model is not in ``data/models.csv`` or that lack the concurrency or parallel sizes are
 *listed*, never dropped silently (:func:`load_rows` returns them with a ``skip_reason``).
@@ -75,6 +77,14 @@ QUANT = {  # quant mode -> the time model's weight format (analysis.forward.WEIG
     "float16": "bf16",
 }
 SYSTEMS = tuple(SYSTEM_MAP)
+# The calibration fits one compute and one bandwidth efficiency per *silicon*: a GB200 (GB300) NVL72 rack's
+# GPU is the B200 (B300) die with the same HBM (data/hardware.csv; NVIDIA's GB200/GB300 NVL72 pages), so
+# its kernels reach the same fraction of each device's own peaks. Fitted apart, the GB200 and GB300
+# bandwidth efficiencies were not identified by their few training runs (standard errors 0.49 and 0.57
+# of a (0.05, 1] range; the GB200 one sat at the bound 1.00).
+SILICON = {"h100_sxm": "h100_sxm", "h200_sxm": "h200_sxm", "b200_sxm": "b200_sxm", "b300_sxm": "b300_sxm",
+           "gb200": "b200_sxm", "gb300": "b300_sxm"}
+FIT_SYSTEMS = tuple(dict.fromkeys(SILICON[x] for x in SYSTEMS))
 BACKENDS = ("trtllm", "sglang", "vllm")
 
 
@@ -175,7 +185,8 @@ def load_rows(assume_workers: bool = False) -> pd.DataFrame:
 
 @dataclass
 class Calibration:
-    """Fitted constants: per-system compute/bandwidth efficiency; per-backend step and per-layer
+    """Fitted constants: per-system compute/bandwidth efficiency (one pair per silicon, :data:`SILICON`);
+    per-backend step and per-layer
     launch overhead, fixed
     per-request TTFT overhead (HTTP, tokenisation, scheduling) and wave-synchronisation weight (how
     much of the benchmark's first-wave burst the backend's scheduler keeps: prefill-first schedulers
@@ -191,38 +202,80 @@ class Calibration:
     layer_overhead_s: dict = field(default_factory=lambda: {b: 2e-5 for b in BACKENDS})
 
     def vector(self):
-        return np.r_[
-            [self.compute[s] for s in SYSTEMS],
-            [self.bandwidth[s] for s in SYSTEMS],
-            [self.step_overhead_s[b] for b in BACKENDS],
-            [self.ttft_overhead_s[b] for b in BACKENDS],
-            [self.sync[b] for b in BACKENDS],
-            self.sync_disagg,
-            [self.layer_overhead_s[b] for b in BACKENDS],
-            [np.log2(self.chunk_tokens[b]) for b in BACKENDS],
-        ]
+        out = []
+        for f in fitted_fields():
+            v = getattr(self, f)
+            if f in ("compute", "bandwidth"):
+                out += [v[x] for x in FIT_SYSTEMS]
+            elif f == "sync_disagg":
+                out.append(v)
+            else:
+                out += [np.log2(v[b]) if f == "chunk_tokens" else v[b] for b in BACKENDS]
+        return np.asarray(out, dtype=float)
 
     @staticmethod
     def bounds():
-        n, k = len(SYSTEMS), len(BACKENDS)
-        lo = np.r_[[0.05] * (2 * n), [0.0] * k, [0.0] * k, [0.0] * k, 0.0, [0.0] * k, [11.0] * k]
-        hi = np.r_[[1.0] * (2 * n), [0.02] * k, [0.5] * k, [1.0] * k, 1.0, [2e-4] * k, [15.0] * k]
-        return lo, hi
+        lo, hi = [], []
+        for f in fitted_fields():
+            n = (len(FIT_SYSTEMS) if f in ("compute", "bandwidth") else 1 if f == "sync_disagg"
+                 else len(BACKENDS))
+            lo += [_BOUNDS[f][0]] * n
+            hi += [_BOUNDS[f][1]] * n
+        return np.asarray(lo), np.asarray(hi)
 
     @classmethod
     def from_vector(cls, v):
-        n, k = len(SYSTEMS), len(BACKENDS)
         v = [float(x) for x in v]
-        return cls(
-            dict(zip(SYSTEMS, v[:n])),
-            dict(zip(SYSTEMS, v[n : 2 * n])),
-            dict(zip(BACKENDS, v[2 * n : 2 * n + k])),
-            dict(zip(BACKENDS, v[2 * n + k : 2 * n + 2 * k])),
-            dict(zip(BACKENDS, v[2 * n + 2 * k : 2 * n + 3 * k])),
-            v[2 * n + 3 * k],
-            {b: 2.0**x for b, x in zip(BACKENDS, v[2 * n + 4 * k + 1 : 2 * n + 5 * k + 1])},
-            dict(zip(BACKENDS, v[2 * n + 3 * k + 1 : 2 * n + 4 * k + 1])),
-        )
+        kw, i = {}, 0
+        for f in fitted_fields():
+            if f in ("compute", "bandwidth"):
+                per = dict(zip(FIT_SYSTEMS, v[i : i + len(FIT_SYSTEMS)]))
+                kw[f] = {x: per[SILICON[x]] for x in SYSTEMS}
+                i += len(FIT_SYSTEMS)
+            elif f == "sync_disagg":
+                kw[f] = v[i]
+                i += 1
+            else:
+                vals = v[i : i + len(BACKENDS)]
+                kw[f] = {b: (2.0**x if f == "chunk_tokens" else x) for b, x in zip(BACKENDS, vals)}
+                i += len(BACKENDS)
+        for f, val in DROPPED.items():
+            kw[f] = {b: val for b in BACKENDS}
+        return cls(**kw)
+
+
+# the fitted fields in vector order, their bounds (log2 tokens for the chunk) and the fields dropped from the
+# fit with the value they are fixed at
+FIELDS = ("compute", "bandwidth", "step_overhead_s", "ttft_overhead_s", "sync", "sync_disagg",
+          "layer_overhead_s", "chunk_tokens")
+_BOUNDS = {"compute": (0.05, 1.0), "bandwidth": (0.05, 1.0), "step_overhead_s": (0.0, 0.02),
+           "ttft_overhead_s": (0.0, 0.5), "sync": (0.0, 1.0), "sync_disagg": (0.0, 1.0),
+           "layer_overhead_s": (0.0, 2e-4), "chunk_tokens": (11.0, 15.0)}
+# The per-pass overhead is fitted in one form: per layer (launch gaps scale with the layers a pass runs).
+# Fitted together, the per-step and the per-layer overhead of a backend were not separable (both add a
+# constant to every pass of a model; only the spread of layer counts, 32 to 94, tells them apart): their
+# estimates correlated at -0.91 to -0.94 with standard errors as large as the values, and the fit put
+# vLLM's step and SGLang's per-layer overhead at the bound 0. The step overhead is dropped (0): kept
+# alone, the per-layer form fits the training runs better than the per-step form (held-out TPOT median
+# error 14.1% against 16.0% on colocated runs, issue 27 item 4's comparison).
+DROPPED = {"step_overhead_s": 0.0}
+
+
+def at_bounds(cal: "Calibration", rel: float = 1e-3) -> list:
+    """Names (``field/key``) of the fitted constants of ``cal`` within ``rel`` of the bound range of
+    an end of their bounds (the dropped fields are not fitted and never listed)."""
+    lo, hi = Calibration.bounds()
+    names = []
+    for f in fitted_fields():
+        keys = FIT_SYSTEMS if f in ("compute", "bandwidth") else [""] if f == "sync_disagg" else BACKENDS
+        names += [f"{f}/{k}" if k else f for k in keys]
+    v = cal.vector()
+    near = np.minimum(v - lo, hi - v) <= rel * (hi - lo)
+    return [n for n, b in zip(names, near) if b]
+
+
+def fitted_fields() -> tuple:
+    return tuple(f for f in FIELDS if f not in DROPPED)
 
 
 def _prepare(rows: pd.DataFrame, net_bw: float) -> list:
@@ -319,7 +372,7 @@ def _agg(s, g, eff, prec, dev, cal):
     return ttft + _bk(cal.ttft_overhead_s, g), tpot
 
 
-def _disagg(s, g, eff, prec, dev, cal):
+def _disagg(s, g, eff, prec, dev, cal, kv_overlap=costs.LAYERWISE_OVERLAP):
     I, O = _num(g, "isl"), _num(g, "osl")
     c = _num(g, "concurrency")
     tpp, dpp = _deg(g, "prefill_tp_size"), _deg(g, "prefill_attention_dp_size")
@@ -332,14 +385,18 @@ def _disagg(s, g, eff, prec, dev, cal):
     t_p = costs.colocated_pass_time(s, prec, eff, dev, tp=tpp, dp=dpp, pre_seqs=pseqs, pre_len=I)
     mu_p = Wp * pseqs / t_p
     exposed = costs.kv_transfer_exposed(
-        s, prec, eff, seqs=pseqs, tokens=I, t_pass=t_p, devices=tpp * dpp, net=dev["net"]
+        s, prec, eff, seqs=pseqs, tokens=I, t_pass=t_p, devices=tpp * dpp, net=dev["net"], overlap=kv_overlap
     )
     nd = tpd * dpd
     w = costs.weight_bytes_per_device(s, prec, tp=tpd, n=nd)
     kv1 = costs.kv_bytes_per_device(s, prec, seqs=1.0, ctx=I + O, tp=tpd, dp=1.0)
-    cap_d = np.minimum(
-        np.maximum(np.floor((dev["cap"] * (1 - eff.mem_reserve) - w) / kv1) * dpd, 1.0), dbs * dpd
-    )
+    # the decode batch the run was configured with (and served: every PD run's concurrency fills it) is a
+    # measured fact; the memory estimate (weights plus KV under the simulator's flat planning reserve,
+    # ``Efficiency.mem_reserve``) only bounds a run that records no decode batch. Where the two disagree
+    # the estimate is wrong for that engine, not the run (DeepSeek-V3 in fp8 on four GB200s leaves
+    # less than the 10% reserve beside its weights, yet SGLang served 8 sequences per rank there).
+    mem_d = np.maximum(np.floor((dev["cap"] * (1 - eff.mem_reserve) - w) / kv1) * dpd, 1.0)
+    cap_d = np.where(np.isfinite(dbs), dbs * dpd, mem_d)
     A = np.minimum(c / Wd, cap_d)
     for _ in range(8):
         t_dec = costs.colocated_pass_time(
@@ -354,12 +411,15 @@ def _disagg(s, g, eff, prec, dev, cal):
     return ttft + _bk(cal.ttft_overhead_s, g), t_dec
 
 
-def _predict_arrays(groups, cal: Calibration, base: Efficiency):
+def _predict_arrays(groups, cal: Calibration, base: Efficiency, kv_overlap=costs.LAYERWISE_OVERLAP):
     out = []
     for G in groups:
         g = G["cols"]
         eff = _eff(g, cal, base)
-        ttft, tpot = (_agg if G["mode"] == "agg" else _disagg)(G["shape"], g, eff, G["prec"], G["dev"], cal)
+        if G["mode"] == "agg":
+            ttft, tpot = _agg(G["shape"], g, eff, G["prec"], G["dev"], cal)
+        else:
+            ttft, tpot = _disagg(G["shape"], g, eff, G["prec"], G["dev"], cal, kv_overlap=kv_overlap)
         out.append((G["index"], ttft, tpot))
     return out
 
@@ -370,15 +430,18 @@ def predict(
     *,
     base: Efficiency = Efficiency(),
     net_bw: float = 50e9,
+    kv_overlap: float = costs.LAYERWISE_OVERLAP,
     _groups=None,
 ) -> pd.DataFrame:
-    """Predicted ``pred_ttft_ms`` / ``pred_tpot_ms`` for every predictable row (others NaN)."""
+    """Predicted ``pred_ttft_ms`` / ``pred_tpot_ms`` for every predictable row (others NaN).
+    ``kv_overlap``: the share of the PD KV transfer hidden behind the prefill pass of what the ideal
+    layer-wise pipeline hides (:func:`analysis.forward.kv_transfer_exposed`)."""
     cal = cal or Calibration()
     out = rows.copy()
     ttft_all = np.full(len(out), np.nan)
     tpot_all = np.full(len(out), np.nan)
     pos = pd.Series(np.arange(len(out)), index=out.index)
-    for idx, ttft, tpot in _predict_arrays(_groups or _prepare(rows, net_bw), cal, base):
+    for idx, ttft, tpot in _predict_arrays(_groups or _prepare(rows, net_bw), cal, base, kv_overlap):
         ttft_all[pos[idx].to_numpy()] = ttft * 1e3
         tpot_all[pos[idx].to_numpy()] = tpot * 1e3
     out["pred_ttft_ms"] = ttft_all
