@@ -684,19 +684,20 @@ def transfer_grid(folder: str, dtype: str, hidden: int, inter: int, topk: int, n
     ep_ax = np.unique(np.concatenate([g.axes[1] for g in src.values()]))
     T, P = np.meshgrid(np.exp(tok_ax), np.exp(ep_ax), indexing="ij")
     wb = MOE_WEIGHT_BYTES.get(dt, 2.0)
-    num, den = np.zeros(T.shape), np.zeros(T.shape)
+    les, logw = [], []  # per measured shape: log efficiency at each grid point (NaN: not measured)
     for (h, i, k, E), g in src.items():
         Ts = T * (topk / n_experts) / (k / E)
         sec, code = interpolate(g, (Ts, P))
-        ok = code == MEASURED
-        d2 = sum(np.log(a / b) ** 2 for a, b in ((h, hidden), (i, inter), (k, topk), (E, n_experts)))
-        w = 1.0 if not np.isfinite(sigma) else float(np.exp(-0.5 * d2 / sigma ** 2))
         with np.errstate(divide="ignore", invalid="ignore"):
             le = np.log(moe_roofline_seconds(Ts, P, h, i, k, E, peak, bw, wb, True)) - np.log(sec)
-        num += np.where(ok, w * le, 0.0)
-        den += np.where(ok, w, 0.0)
+        les.append(np.where(code == MEASURED, le, np.nan))
+        d2 = sum(np.log(a / b) ** 2 for a, b in ((h, hidden), (i, inter), (k, topk), (E, n_experts)))
+        logw.append(0.0 if not np.isfinite(sigma) else -0.5 * d2 / sigma ** 2)
+    les = np.stack(les)
+    lw = np.where(np.isnan(les), -np.inf, np.asarray(logw)[:, None, None])
     with np.errstate(divide="ignore", invalid="ignore"):
-        log_eff = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+        w = np.exp(lw - lw.max(axis=0))  # relative to the nearest shape measured at each point
+        log_eff = np.nansum(w * np.nan_to_num(les), axis=0) / w.sum(axis=0)
         roof = moe_roofline_seconds(T, P, hidden, inter, topk, n_experts, peak, bw, wb, gated)
         vals = np.log(roof) - log_eff
     return Grid((tok_ax, ep_ax), vals)
