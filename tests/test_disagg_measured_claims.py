@@ -81,3 +81,19 @@ def test_the_roofline_sweep_is_the_sweep_as_before_and_npu_cells_are_the_same_me
     key = ["hardware", "mode"]
     pd.testing.assert_frame_equal(got.sort_values(key).reset_index(drop=True),
                                   meas.sort_values(key).reset_index(drop=True), check_like=True)
+
+
+def test_the_chapters_moe_shapes_the_tables_lack_and_the_leave_one_out_glue():
+    """GLM-4.6's experts (5120 x 1536, top-8 of 160) are not in the FP8 MoE tables of H100 or B200
+    (priced by transfer); DeepSeek-V3's are; a dense model has none. The glued leave-one-out values
+    are the pooled errors of the rows."""
+    pairs = chapter.transferred_moe_shapes(["GLM-4.6", "DeepSeek-V3", "Llama-3.1-8B"],
+                                           [GPU, "B200-SXM-180GB"], "fp8")
+    assert pairs == [("GLM-4.6", GPU), ("GLM-4.6", "B200-SXM-180GB")]
+    loo = pd.DataFrame({"folder": "f", "dtype": "d", "hidden": [1, 1, 2], "inter": 1, "topk": 1, "experts": 1,
+                        "regime": "decode", "err_gemm": [0.5, 1.0, 2.0], "err_transfer": [0.1, 0.2, np.nan]})
+    v = chapter.moe_transfer_values(loo, pairs)
+    assert v["ch3_moe_loo_gemm_median"][0] == 1.0
+    assert v["ch3_moe_loo_transfer_median"][0] == pytest.approx(0.15)
+    assert v["ch3_moe_loo_shapes"][0] == 2 and v["ch3_moe_loo_points"][0] == 3
+    assert v["ch3_moe_transferred"] == f"GLM-4.6 on {GPU.split('-')[0]}, GLM-4.6 on B200"

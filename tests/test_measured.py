@@ -193,12 +193,12 @@ def test_only_chapter_3_uses_the_measured_backend():
     """Chapter 3 prices claims (a)-(c) with the measured backend (issue 27 item 5: its ratio sweep,
     PD-gain sweeps and ablation with ``backend="measured"``); every other chapter keeps the roofline.
     The modules that import this one are the production cells' (``decode_throughput(backend=...)``)
-    and the chapter's experiments (``study.measured_hardware``); a chapter that adopts it updates
-    this test."""
+    and the chapter's experiments (``study.measured_hardware``) and page functions (``chapter``: the
+    leave-one-shape-out check of the MoE fallback); a chapter that adopts it updates this test."""
     from tests.test_layers import graph
 
     users = sorted(m for m, targets in graph().items() if "analysis.measured" in targets)
-    assert users == ["analysis.disagg.production", "analysis.disagg.study"]
+    assert users == ["analysis.disagg.chapter", "analysis.disagg.production", "analysis.disagg.study"]
     pages = sorted((Path(__file__).resolve().parent.parent / "book").glob("*.md"))
     # an import of the backend, its device helper, or a backend argument naming it (not the word
     # 'measured' as such: chapter 5 keeps chapter 4's measurements under the key "measured")

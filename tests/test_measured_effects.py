@@ -88,17 +88,41 @@ def _moe_op(model, tokens, n, prec, eff=fw.Efficiency()):
     return next(o for o in seen if o.kind == "moe")
 
 
-def test_moe_shapes_without_a_table_are_priced_as_per_expert_gemms():
-    """Step-3's experts (7168 x 5120, top-3 of 48) are not in the MoE tables: the routed experts come
-    from the GEMM table, one up- and one down-projection per touched expert, the rest by the roofline."""
+def _price_moe_op(op, gpu="H100-SXM5-80GB", prec="fp8"):
+    dev = devices.device(gpu, prec)
+    with M.fallbacks() as fb:
+        sec, share = fw.get_backend(M.backend_name(gpu))(fw.replace(op, peak=dev["flops"], bw=dev["bw"]),
+                                                         fw.Efficiency())
+    return sec, share, fb, dev
+
+
+def test_moe_shapes_without_a_table_are_priced_by_transferred_efficiency_with_their_own_reason():
+    """Step-3's experts (7168 x 5120, top-3 of 48) are not in the MoE tables: the routed experts are
+    priced by efficiency transfer from the measured shapes (reason 16, recorded; not in the measured
+    share), the rest by the roofline."""
     prec = fw.Precision.named("fp8")
     op = _moe_op("Step-3", [64.0, 8192.0], 16.0, prec)
     _, code = M.moe_seconds(FOLDER, op.shape["tokens"], 16.0, 7168, 5120, 3, 48, "fp8")
     assert np.all(code == 9)
-    dev = devices.device("H100-SXM5-80GB", "fp8")
-    name = M.backend_name("H100-SXM5-80GB")
-    with M.fallbacks() as fb:
-        sec, share = fw.get_backend(name)(fw.replace(op, peak=dev["flops"], bw=dev["bw"]), fw.Efficiency())
+    sec, share, fb, dev = _price_moe_op(op)
+    assert np.all(share == 0)  # transferred: derived from the tables, not a measured point
+    rec = fb.table()
+    assert list(rec["reason"]) == [M.REASONS[M.TRANSFERRED]] and rec["evaluations"].sum() == 2
+    routed, c = M.moe_transfer_seconds(FOLDER, op.shape["tokens"], 16.0, 7168, 5120, 3, 48, dev["flops"],
+                                       dev["bw"], "fp8", op.shape["imbalance"], True)
+    assert np.all(c == M.TRANSFERRED)
+    eff = fw.Efficiency()
+    rest = np.maximum(op.shape["rest_flops"] / (dev["flops"] * eff.compute),
+                      op.shape["rest_bytes"] / (dev["bw"] * eff.bandwidth))
+    np.testing.assert_allclose(sec, routed + rest, rtol=1e-9)
+
+
+def test_beyond_every_measured_shapes_range_the_routed_experts_are_per_expert_gemms():
+    """Token counts no measured shape reaches (the transfer grid ends at the tables' 16,384 tokens):
+    one up- and one down-projection per touched expert from the GEMM table, counted as measured."""
+    prec = fw.Precision.named("fp8")
+    op = _moe_op("Step-3", [40000.0], 16.0, prec)
+    sec, share, fb, _ = _price_moe_op(op)
     assert not fb.by_reason and np.all((share > 0.5) & (share < 1))
     T, e = op.shape["tokens"], op.shape["experts"]
     touched = e * (1 - (1 - 3 / 48) ** T)
@@ -106,6 +130,52 @@ def test_moe_shapes_without_a_table_are_priced_as_per_expert_gemms():
     up, _ = M.gemm_seconds(FOLDER, m, 2 * 5120, 7168, "fp8")
     down, _ = M.gemm_seconds(FOLDER, m, 7168, 5120, "fp8")
     np.testing.assert_allclose(sec * share, touched * (up + down), rtol=1e-9)
+
+
+def test_a_measured_moe_shape_is_read_from_its_table_not_transferred():
+    """DeepSeek-V3's shape is in H100's block-FP8 MoE table: its price is the table's (measured share
+    above 0, no fallback recorded), and differs from its transferred (leave-one-out) price."""
+    op = _moe_op("DeepSeek-V3", [64.0, 4096.0], 8.0, fw.Precision.named("fp8"))
+    sec, share, fb, dev = _price_moe_op(op)
+    assert not fb.by_reason and np.all(share > 0)
+    table, c = M.moe_seconds(FOLDER, op.shape["tokens"], 8.0, *DSV3, "fp8", op.shape["imbalance"])
+    assert np.all(c == M.MEASURED)
+    np.testing.assert_allclose(sec * share, table, rtol=1e-9)
+    moved, _ = M.moe_transfer_seconds(FOLDER, op.shape["tokens"], 8.0, *DSV3, dev["flops"], dev["bw"], "fp8",
+                                      op.shape["imbalance"])
+    assert not np.allclose(moved, table)
+
+
+def test_the_transfer_leaves_the_priced_shape_out_and_follows_the_roofline_ratio():
+    """A shape is priced only from the others (with one other shape left, from that one alone): at
+    the same tokens per expert and EP size the price is the other shape's measured seconds times the
+    ratio of the two rooflines."""
+    h, i, k, E = DSV3
+    dt, src = M.moe_sources(FOLDER, "fp8")
+    other = (6144, 2048, 8, 256)  # the nearest measured shape (hidden 6144)
+    assert dt == "fp8_block" and DSV3 in src and other in src
+    g = M.transfer_grid(FOLDER, "fp8", h, i, k, E, True, 1e15, 3e12, sigma=1e-3)  # nearest shape only
+    T, ep = 256.0, 8.0
+    pred = float(M.interpolate(g, (np.array([T]), np.array([ep])))[0][0])  # a grid point: exact
+    Ts = T * (k / E) / (other[2] / other[3])
+    meas, c = M.interpolate(src[other], (np.array([Ts]), np.array([ep])))
+    roof = M.moe_roofline_seconds(T, ep, h, i, k, E, 1e15, 3e12, 1.0)
+    roof_o = M.moe_roofline_seconds(Ts, ep, *other, 1e15, 3e12, 1.0)
+    assert c[0] == M.MEASURED and pred == pytest.approx(float(meas[0] * roof / roof_o), rel=1e-6)
+
+
+def test_leave_one_shape_out_transfer_beats_the_per_expert_gemm_sum():
+    """The check that chose the fallback (moe_transfer_validation): every measured shape priced from
+    the others, against its table; the transfer's median and 90th-percentile errors are below the
+    per-expert GEMM sum's, at decode and at prefill token counts."""
+    df = M.moe_transfer_validation(folders=("h100_sxm",), dtypes=("fp8",),
+                                   tokens={"decode": (64,), "prefill": (4096,)})
+    assert len(df) and set(df["regime"]) == {"decode", "prefill"} and (df["dtype"] == "fp8_block").all()
+    assert df[["hidden", "inter", "topk", "experts"]].drop_duplicates().shape[0] >= 10
+    s = M.moe_transfer_summary(df)
+    assert (s["priced_transfer"] == 1).all()
+    assert (s["median_transfer"] < s["median_gemm"]).all() and (s["p90_transfer"] < s["p90_gemm"]).all()
+    np.testing.assert_allclose(df["err_gemm"], (df["gemm_s"] / df["measured_s"] - 1).abs())
 
 
 def test_deepep_all_to_all_by_node_count_and_imbalance():

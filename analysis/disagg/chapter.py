@@ -14,7 +14,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from .. import cache, claims, data, report, specs
+from .. import cache, claims, data, measured, report, specs
 from .. import forward as costs
 from . import des, devices, study
 from . import search as S
@@ -1160,3 +1160,60 @@ def measured_share_table(sweep: pd.DataFrame, gpus) -> pd.DataFrame:
                      "PD (median)": float(d[d["mode"] == "PD"]["measured_share"].median()),
                      "plans": s["plans"]})
     return pd.DataFrame(rows)
+
+
+def moe_transfer_check() -> pd.DataFrame:
+    """The leave-one-shape-out check that chose the measured backend's price of an unmeasured MoE
+    shape (:func:`analysis.measured.moe_transfer_validation` at its defaults; cached on disk)."""
+    return cache.cached("disagg/moe_transfer_loo", measured.moe_transfer_validation)
+
+
+def transferred_moe_shapes(models, gpus, precision: str) -> list[tuple[str, str]]:
+    """``(model, GPU)`` pairs of the chapter whose routed-expert shape (hidden, expert intermediate,
+    top-k, experts) the GPU's MoE table did not measure at ``precision``: the measured backend prices
+    their routed experts by efficiency transfer (:func:`analysis.measured.moe_transfer_seconds`)."""
+    out = []
+    for m in models:
+        sh = costs.shape(m)
+        if not sh.n_moe:
+            continue
+        for g in gpus:
+            folder = measured.DEVICE_TABLES.get(g, (None,))[0]
+            if folder is None:
+                continue
+            _, code = measured.moe_seconds(folder, 64.0, 8.0, int(sh.h), int(sh.moe_inter), int(sh.k_active),
+                                           int(sh.n_experts), precision)
+            if int(code) == 9:
+                out.append((m, g))
+    return out
+
+
+def moe_transfer_values(loo: pd.DataFrame, transferred: list) -> dict:
+    """The glued leave-one-shape-out errors of the two prices of an unmeasured MoE shape
+    (:func:`analysis.measured.moe_transfer_validation`, pooled over GPUs, dtypes and regimes) and the
+    chapter's (model, GPU) pairs priced by transfer."""
+    e = {m: loo[f"err_{m}"].dropna() for m in ("gemm", "transfer")}
+    pairs = ", ".join(f"{m} on {g.split('-')[0]}" for m, g in transferred) or "none"
+    return {"ch3_moe_loo_gemm_median": (e["gemm"].median(), PCT),
+            "ch3_moe_loo_gemm_p90": (e["gemm"].quantile(0.9), PCT),
+            "ch3_moe_loo_transfer_median": (e["transfer"].median(), PCT),
+            "ch3_moe_loo_transfer_p90": (e["transfer"].quantile(0.9), PCT),
+            "ch3_moe_loo_shapes": (loo.groupby(["folder", "dtype", "hidden", "inter", "topk",
+                                                "experts"]).ngroups, INT),
+            "ch3_moe_loo_points": (len(loo), INT),
+            "ch3_moe_loo_sigma": (measured.TRANSFER_SIGMA, "{:.2f}"),
+            "ch3_moe_transferred": pairs}
+
+
+MOE_TRANSFER_FORMATS = {c: PCT for c in ("per-expert GEMMs: median", "per-expert GEMMs: p90",
+                                          "transfer: median", "transfer: p90")}
+
+
+def moe_transfer_table(loo: pd.DataFrame) -> pd.DataFrame:
+    """Per GPU folder, MoE table dtype and regime: shapes left out, points, and the median and 90th
+    percentile relative error of the per-expert GEMM sum and of the efficiency transfer."""
+    s = measured.moe_transfer_summary(loo)
+    return pd.DataFrame({"GPU tables": s["folder"], "dtype": s["dtype"], "tokens": s["regime"],
+                         "shapes": s["shapes"], "points": s["points"],
+                         "per-expert GEMMs: median": s["median_gemm"], "per-expert GEMMs: p90": s["p90_gemm"],
+                         "transfer: median": s["median_transfer"], "transfer: p90": s["p90_transfer"]})
