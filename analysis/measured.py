@@ -541,7 +541,7 @@ def attention_seconds(folder: str, batch, tokens, kv_tokens, heads, kv_heads, he
 
 
 def moe_seconds(folder: str, tokens, ep, hidden, inter, topk, n_experts, dtype: str = "bf16",
-                imbalance=1.0, framework: str = DEFAULT_FRAMEWORK):
+                imbalance=1.0, framework: str = DEFAULT_FRAMEWORK, moe_tp=1):
     """Measured seconds of one MoE layer's routed experts on the busiest GPU of an expert-parallel
     group of ``ep`` GPUs (one expert-parallel rank per GPU, no expert tensor parallelism) for
     ``tokens`` tokens entering the layer across the group, and the reason code of each plan.
@@ -555,18 +555,24 @@ def moe_seconds(folder: str, tokens, ep, hidden, inter, topk, n_experts, dtype: 
     :data:`WIDE_EP_MIN` on, SGLang's wide-EP generation table (DeepEP + DeepGEMM, uniform routing) is
     read instead where it holds the shape and the point (H100/H200: DeepSeek-V3's shape in block FP8):
     at EP 128 and 16k tokens it measures about a third of TensorRT-LLM's fused-MoE latency, whose
-    ranks each handle the global token set."""
+    ranks each handle the global token set. ``moe_tp`` (a recorded run's expert tensor-parallel size,
+    :func:`analysis.forward.moe_split`) reads the table's rows at that ``moe_tp_size`` (the table
+    measures tensor-split experts without expert parallelism; a split it did not measure is code 9)."""
     tok = np.asarray(tokens, dtype=float) * np.asarray(imbalance, dtype=float)
     ep = np.asarray(ep, dtype=float)
-    shape = np.broadcast_shapes(tok.shape, ep.shape)
+    etp = np.asarray(moe_tp, dtype=float)
+    shape = np.broadcast_shapes(tok.shape, ep.shape, etp.shape)
     sec, code = np.full(shape, np.nan), np.full(shape, 9, dtype=np.int8)
     t = merged_table(folder, "moe", framework)
-    for dt in MOE_DTYPES.get(dtype, (dtype,)):
-        g = t.grid((dt, int(hidden), int(inter), int(topk), int(n_experts), MOE_DISTRIBUTION, 1))
-        if g is not None:
-            sec, code = (np.array(np.broadcast_to(x, shape)) for x in interpolate(g, (tok, ep)))
-            break
-    wide = ep >= WIDE_EP_MIN
+    tok_b, ep_b, etp_b = (np.broadcast_to(x, shape) for x in (tok, ep, etp))
+    for mt in np.unique(etp_b):
+        sel = etp_b == mt
+        for dt in MOE_DTYPES.get(dtype, (dtype,)):
+            g = t.grid((dt, int(hidden), int(inter), int(topk), int(n_experts), MOE_DISTRIBUTION, int(mt)))
+            if g is not None:
+                sec[sel], code[sel] = interpolate(g, (tok_b[sel], ep_b[sel]))
+                break
+    wide = (ep_b >= WIDE_EP_MIN) & (etp_b == 1)
     if np.any(wide) and _has_wideep(folder):
         tw = merged_table(folder, "moe_wideep", DEEPEP_FRAMEWORK)
         for dt in MOE_DTYPES.get(dtype, (dtype,)):
@@ -737,16 +743,19 @@ def _price_moe(device, folder, framework, op, eff, roof, detail):
     sh = op.shape
     args = (sh["hidden"], sh["inter"], sh["k"], sh["n_experts"])
     imb = sh.get("imbalance", 1.0)
-    sec, code = moe_seconds(folder, sh["tokens"], sh["n"], *args, op.dtype, imb, framework)
-    shp = np.broadcast_shapes(np.shape(sec), np.shape(sh["tokens"]), np.shape(sh["experts"]), np.shape(imb))
+    etp = sh.get("moe_tp", 1.0)
+    sec, code = moe_seconds(folder, sh["tokens"], sh["n"], *args, op.dtype, imb, framework, moe_tp=etp)
+    shp = np.broadcast_shapes(np.shape(sec), np.shape(sh["tokens"]), np.shape(sh["experts"]), np.shape(imb),
+                              np.shape(etp))
     sec, code = (np.array(np.broadcast_to(x, shp)) for x in (sec, code))
     miss = code != MEASURED
     if miss.any():  # shapes or sizes the MoE table lacks: per-expert GEMMs, for those plans only
         sub = [np.broadcast_to(np.asarray(x, dtype=float), shp)[miss]
-               for x in (sh["tokens"], sh["experts"], imb)]
+               for x in (sh["tokens"], sh["experts"], imb, etp)]
+        # tensor-split experts: each slice's GEMMs are 1 / moe_tp as wide (the intermediate dimension)
         sec[miss], code[miss] = expert_gemm_seconds(folder, sub[0], sub[1], sh["n_experts"], sh["k"],
-                                                    *args[:2], sh.get("gated", True), op.dtype, sub[2],
-                                                    framework)
+                                                    args[0], args[1] / sub[3], sh.get("gated", True),
+                                                    op.dtype, sub[2], framework)
     rest = np.maximum(sh["rest_flops"] / (op.peak * eff.compute), sh["rest_bytes"] / (op.bw * eff.bandwidth))
     sec, code, roof, rest = np.broadcast_arrays(sec, code, roof, rest)
     ok = code == MEASURED

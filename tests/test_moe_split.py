@@ -1,0 +1,81 @@
+"""A recorded MoE split (AIConfigurator's moe_tp_size / moe_ep_size) priced as the engines move the
+tokens (issue 27 item 4): no all-to-all where attention is not data-parallel (every device holds every
+token), the all-to-all among expert-parallel groups under attention data parallelism, a gather and
+reduce-scatter around tensor-split experts; tensor-split experts 1 / moe_tp as wide and without the
+load-imbalance factor. The validation passes each run's recorded split."""
+import numpy as np
+import pytest
+
+from analysis import forward as F
+from analysis.disagg import validate as V
+from analysis.forward import Efficiency, Precision
+
+S = F.shape("DeepSeek-V3")
+PREC = Precision(weight_bytes=1.0, kv_bytes=1.0, act_bytes=2.0, compute="fp8")
+EFF = Efficiency()
+LINK = 450e9
+
+
+def _comm(**kw):
+    return float(F.comm_time(S, PREC, EFF, LINK, tokens=8192.0, **kw))
+
+
+def test_moe_split_reads_the_recorded_fields():
+    got = F.moe_split(np.array([8.0, 8.0, 8.0, 16.0, 8.0]), np.array([8.0, 1.0, np.nan, 4.0, 2.0]),
+                      np.array([1.0, 8.0, 4.0, 4.0, np.nan]))
+    # recorded pair; recorded pair; tp from n / ep; recorded mixed pair; nothing usable -> experts spread
+    np.testing.assert_array_equal(got, [8.0, 1.0, 2.0, 4.0, 1.0])
+
+
+def test_no_all_to_all_without_attention_data_parallelism():
+    """TP8 attention with experts spread (moe_ep 8) or split (moe_tp 8): the two all-reduces per layer
+    only, as a dense model's TP8 layer; the default (no recorded split) still prices the all-to-all."""
+    ar = float(F.allreduce_time(S, PREC, EFF, LINK, tokens=8192.0, n=8.0, per_layer=2))
+    for moe_tp in (1.0, 8.0):
+        assert _comm(tp=8.0, dp=1.0, moe_tp=moe_tp) == pytest.approx(ar, rel=1e-12)
+    assert _comm(tp=8.0, dp=1.0) > 2 * ar
+
+
+def test_expert_parallel_under_data_parallelism_keeps_the_all_to_all():
+    assert _comm(tp=1.0, dp=8.0, moe_tp=1.0) == pytest.approx(_comm(tp=1.0, dp=8.0), rel=1e-12)
+    assert _comm(tp=1.0, dp=8.0, moe_tp=1.0) > 0
+
+
+def test_tensor_split_experts_under_data_parallelism_gather_and_scatter():
+    """tp 1, dp 8, moe_tp 8: each device receives the other 7 ranks' 1,024 rows and reduce-scatters
+    them back: 2 x 7 x 1,024 x h x 2 bytes over the link, plus two latencies, per MoE layer."""
+    by = 2 * 7 * 1024 * S.h * 2.0
+    per_layer = by / (LINK * EFF.link) + 2 * EFF.collective_latency_s
+    assert _comm(tp=1.0, dp=8.0, moe_tp=8.0) == pytest.approx(S.n_moe * per_layer, rel=1e-9)
+
+
+def test_tensor_split_experts_have_no_imbalance_and_narrow_gemms():
+    """Compute-bound (bandwidth unlimited): the routed FLOPs per device are 2 T k P_e / 8 for moe_tp 8
+    (every expert's eighth, all tokens, no imbalance) against the spread experts' 2 T k P_e / 8 x the
+    imbalance factor."""
+    kw = dict(tokens=8192.0, n=8.0)
+    eff = Efficiency(moe_imbalance=1.5)
+    spread = float(F.ffn_block(S, PREC, eff, 1e15, 1e30, moe_tp=1.0, **kw))
+    split = float(F.ffn_block(S, PREC, eff, 1e15, 1e30, moe_tp=8.0, **kw))
+    rest = 2.0 * 8192 * S.n_shared * S.expert_params / 8 + 2.0 * 8192 * S.h * S.n_experts / 8
+    routed = 2.0 * 8192 * S.k_active * S.expert_params / 8
+    dense = S.n_dense * 2.0 * 8192 * S.dense_params / 8  # DeepSeek-V3's first dense layers
+    assert split == pytest.approx((dense + S.n_moe * (routed + rest)) / (1e15 * eff.compute), rel=1e-9)
+    assert spread == pytest.approx((dense + S.n_moe * (1.5 * routed + rest)) / (1e15 * eff.compute), rel=1e-9)
+
+
+def test_validation_prices_the_recorded_split():
+    """A PD run whose prefill is TP8 with expert parallelism (moe_ep 8, attention not data-parallel)
+    prices no all-to-all (before: the default split's all-to-all, 31 ms of an 88 ms prefill of the
+    worst over-predicted run); one with attention data parallelism and expert parallelism does."""
+    rows = V.load_rows()
+    ok = (rows["skip_reason"] == "") & (rows["mode"] == "disagg")
+    tep = rows[ok & (rows["prefill_tp_size"] == 8) & (rows["prefill_attention_dp_size"] == 1)
+               & (rows["prefill_moe_ep_size"] == 8) & (rows["decode_attention_dp_size"] == 1)].head(1)
+    dep = rows[ok & (rows["decode_attention_dp_size"] == 8) & (rows["decode_moe_ep_size"] == 8)].head(1)
+    assert len(tep) == 1 and len(dep) == 1
+    for one, expect in ((tep, False), (dep, True)):
+        with F.ledger() as led:
+            V.predict(one, V.Calibration())
+        a2a = float(np.sum(led.by_kind.get("alltoall", 0.0)))
+        assert (a2a > 0) is expect
