@@ -110,9 +110,31 @@ def test_pd_ttft_values_count_the_slow_runs_and_price_the_kv_overlap():
     slow = t["silicon_ttft_ms"] > R.SLOW_SHARE * (t["osl"] - 1) * t["silicon_tpot_ms"]
     assert 0 < slow.sum() < len(t)
     assert out["ch3_reval_pd_slow"] == f"{int(slow.sum()):,} of {len(t):,}"
+    # one decode rank (one worker, no attention DP) against several: the two counts add up to the slow runs
+    one_n = [int(x.replace(",", "")) for x in out["ch3_reval_pd_one_rank_slow"].split(" of ")]
+    many_n = [int(x.replace(",", "")) for x in out["ch3_reval_pd_many_rank_slow"].split(" of ")]
+    assert one_n[0] + many_n[0] == int(slow.sum()) and one_n[1] + many_n[1] == len(t) and one_n[1] > 0
     assert out["ch3_reval_pd_ttft_median"] == f"{t['err_ttft'].abs().median():.0%}"
     assert out["ch3_reval_pd_ttft_target"] == "25%"
     serial = R._pd_held_out(V.predict(rows, cal, kv_overlap=0.0))
     assert (serial["pred_ttft_ms"] >= t["pred_ttft_ms"] - 1e-9).all()
     assert (serial["pred_ttft_ms"] > t["pred_ttft_ms"]).any()
     assert float(out["ch3_reval_pd_kv00_shift"].rstrip("%")) > 0
+
+
+def test_moe_split_kernel_values_read_the_tables_at_both_splits():
+    """The ratio of the measured MoE kernel with tensor-split experts to spread experts, from the two
+    table reads (not a stored number); an unmeasured shape is an error naming the table."""
+    import numpy as np
+
+    from analysis import forward as F
+    from analysis import measured as M
+    st = dict(R.MOE_SPLIT_KERNEL, devices=("h200_sxm",), tokens=(8192.0,))
+    out = R.moe_split_kernel_values(st)
+    s = F.shape("DeepSeek-V3")
+    args = (s.h, s.moe_inter, s.k_active, s.n_experts, "fp8", 1.0)
+    a = M.moe_seconds("h200_sxm", np.array([8192.0]), np.array([1.0]), *args, moe_tp=8.0)[0][0]
+    b = M.moe_seconds("h200_sxm", np.array([8192.0]), np.array([8.0]), *args, moe_tp=1.0)[0][0]
+    assert out["ch3_reval_moe_tp_ratio"] == f"{a / b:.1f}x" and a > b
+    with pytest.raises(ValueError, match="lacks"):
+        R.moe_split_kernel_values(dict(st, gpus=3))

@@ -15,6 +15,7 @@ words the table for the chapter; ``benchmarks/revalidate_production.py`` prints 
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from .. import claims, data
@@ -180,7 +181,8 @@ def pd_ttft_values(val: dict) -> dict:
     :func:`.study.validation`): the median error against :data:`PD_TTFT_TARGET`, the calibrated
     constants at a bound (:func:`.validate.at_bounds`), the runs whose measured TTFT exceeds
     :data:`SLOW_SHARE` of their own decode cycle (count, median error, the configurations that show
-    both regimes at different concurrencies and the median error without those runs), and the size of
+    both regimes at different concurrencies, how many of the runs with one decode rank and with several
+    are slow, and the median error without those runs), and the size of
     the assumed perfect layer-wise overlap of the KV transfer (the median error at the overlaps
     :data:`KV_OVERLAPS`)."""
     t = _pd_held_out(val["pred"])
@@ -200,6 +202,12 @@ def pd_ttft_values(val: dict) -> dict:
     under = float((t.loc[slow, "err_ttft"] < 0).mean()) if slow.any() else float("nan")
     out["ch3_reval_pd_slow_under"] = f"{under:.0%}" if slow.any() else "n/a"
     out["ch3_reval_pd_rest_err"] = f"{float(err[~slow].median()):.0%}" if (~slow).any() else "n/a"
+    # where requests can be placed: decode ranks = decode workers x decode attention DP ranks
+    ddp = t["decode_attention_dp_size"]
+    ranks = t["decode_num_workers"] * ddp.where(ddp >= 1, 1.0)
+    one = ranks.fillna(1.0) <= 1
+    out["ch3_reval_pd_one_rank_slow"] = f"{int(slow[one].sum()):,} of {int(one.sum()):,}"
+    out["ch3_reval_pd_many_rank_slow"] = f"{int(slow[~one].sum()):,} of {int((~one).sum()):,}"
     cfg = t["id"].astype(str).str.extract(r"(cfg\d+)")[0].fillna(t["group"])
     both = slow.groupby(cfg).agg(["any", "all"])
     out["ch3_reval_pd_mixed_cfgs"] = (f"{int((both['any'] & ~both['all']).sum()):,} of "
@@ -211,3 +219,39 @@ def pd_ttft_values(val: dict) -> dict:
         out[f"ch3_reval_pd_kv{int(o * 10):02d}_shift"] = f"{shift:+.1%}"
     out["ch3_reval_kv_overlap"] = f"{LAYERWISE_OVERLAP:g}"
     return out
+
+
+# the MoE kernels the tensor-split runs use, from AIConfigurator's tables: DeepSeek-V3's experts in FP8 on
+# eight GPUs, split eight ways (moe_tp 8) against spread over them (moe_ep 8), at decode- and prefill-sized
+# token counts
+MOE_SPLIT_KERNEL = {"model": "DeepSeek-V3", "dtype": "fp8", "gpus": 8, "tokens": (64.0, 8192.0),
+                    "devices": ("h200_sxm", "b200_sxm")}
+
+
+def moe_split_kernel_values(setting: dict = MOE_SPLIT_KERNEL) -> dict:
+    """How much slower AIConfigurator's measured MoE kernel runs with the experts tensor-split
+    (``moe_tp`` = the GPU count) than spread (``moe_ep`` = the GPU count) at the same tokens
+    (:func:`analysis.measured.moe_seconds`, the installed tables of the default framework): the effect
+    the roofline lacks (it prices both splits at one efficiency). Ratios over ``setting``'s devices
+    and token counts; a point the tables do not hold is an error."""
+    from .. import forward as F
+    from .. import measured as M
+
+    s = F.shape(setting["model"])
+    n = float(setting["gpus"])
+    tok = np.asarray(setting["tokens"], dtype=float)
+    ratios = []
+    for dev in setting["devices"]:
+        args = (s.h, s.moe_inter, s.k_active, s.n_experts, setting["dtype"], 1.0)
+        split, c1 = M.moe_seconds(dev, tok, np.ones_like(tok), *args, moe_tp=n)
+        spread, c2 = M.moe_seconds(dev, tok, np.full_like(tok, n), *args, moe_tp=1.0)
+        if np.any(c1 != M.MEASURED) or np.any(c2 != M.MEASURED):
+            raise ValueError(f"the MoE table of {dev} lacks {setting['model']} {setting['dtype']} at "
+                             f"{tok.tolist()} tokens, moe_tp {n:g} or moe_ep {n:g}")
+        ratios += list(split / spread)
+    r = np.asarray(ratios)
+    gpus = ", ".join(d.split("_")[0].upper() for d in setting["devices"])
+    return {"ch3_reval_moe_tp_ratio": _range(pd.Series(r), "{:.1f}x"),
+            "ch3_reval_moe_tp_tokens": " and ".join(f"{t:,.0f}" for t in tok),
+            "ch3_reval_moe_tp_setting": (f"{setting['model']}'s experts in {setting['dtype'].upper()} on "
+                                         f"{setting['gpus']} GPUs ({gpus})")}
