@@ -192,12 +192,13 @@ def test_a_missing_or_corrupt_table_is_an_error_naming_the_file(tmp_path):
 def test_no_page_uses_the_measured_backend_yet():
     """Every chapter keeps the roofline: the one module that imports this one is the production cells'
     (``decode_throughput(backend="measured")``, roofline by default; chapter 3's key then includes this
-    module through analysis.deps), and no page selects the measured backend; a chapter that adopts it
-    updates this test."""
+    module through analysis.deps) and the revalidation's reading of the MoE table at two expert splits
+    (``revalidate.moe_split_kernel_values``, a stated comparison, no plan priced by it), and no page
+    selects the measured backend; a chapter that adopts it updates this test."""
     from tests.test_layers import graph
 
-    users = [m for m, targets in graph().items() if "analysis.measured" in targets]
-    assert users == ["analysis.disagg.production"]
+    users = sorted(m for m, targets in graph().items() if "analysis.measured" in targets)
+    assert users == ["analysis.disagg.production", "analysis.disagg.revalidate"]
     pages = sorted((Path(__file__).resolve().parent.parent / "book").glob("*.md"))
     # an import of the backend, its device helper, or a backend argument naming it (not the word
     # 'measured' as such: chapter 5 keeps chapter 4's measurements under the key "measured")
