@@ -19,7 +19,8 @@ import numpy as np
 import pandas as pd
 
 from .. import claims, data
-from ..forward import LAYERWISE_OVERLAP, Efficiency
+from .. import measured as M
+from ..forward import LAYERWISE_OVERLAP, Efficiency, shape
 from . import production as P
 from . import search as S
 from . import validate as V
@@ -234,10 +235,7 @@ def moe_split_kernel_values(setting: dict = MOE_SPLIT_KERNEL) -> dict:
     (:func:`analysis.measured.moe_seconds`, the installed tables of the default framework): the effect
     the roofline lacks (it prices both splits at one efficiency). Ratios over ``setting``'s devices
     and token counts; a point the tables do not hold is an error."""
-    from .. import forward as F
-    from .. import measured as M
-
-    s = F.shape(setting["model"])
+    s = shape(setting["model"])
     n = float(setting["gpus"])
     tok = np.asarray(setting["tokens"], dtype=float)
     ratios = []
