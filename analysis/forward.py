@@ -19,7 +19,9 @@ Per layer, for the tokens of one forward pass on one *instance* of ``n = tp * dp
   expert's weights are read once whatever its load);
 * communication: tensor-parallel all-reduce (two per layer), expert-parallel all-to-all (dispatch
   and combine per MoE layer; the busiest expert device moves the load-imbalance factor times the mean
-  traffic), each ``bytes / (link * link_eff) + latency``;
+  traffic), each ``bytes / (link * link_eff) + latency``; a run's recorded MoE split (``moe_tp``,
+  :func:`moe_split`) is priced as the engines move tokens instead (:func:`comm_time`: no all-to-all
+  without attention data parallelism; :func:`ffn_block`: tensor-split experts);
 * once per forward: LM head (and the embedding gather) and a fixed per-step overhead.
 
 Operators add up (no overlap between operators), except that micro-batches may overlap one's
