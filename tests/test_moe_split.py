@@ -66,8 +66,8 @@ def test_tensor_split_experts_have_no_imbalance_and_narrow_gemms():
 
 def test_validation_prices_the_recorded_split():
     """A PD run whose prefill is TP8 with expert parallelism (moe_ep 8, attention not data-parallel)
-    prices no all-to-all (before: the default split's all-to-all, 31 ms of an 88 ms prefill of the
-    worst over-predicted run); one with attention data parallelism and expert parallelism does."""
+    prices no all-to-all (before: the default split's all-to-all, also in the worst over-predicted run,
+    H200 cfg303); one with attention data parallelism and expert parallelism does."""
     rows = V.load_rows()
     ok = (rows["skip_reason"] == "") & (rows["mode"] == "disagg")
     tep = rows[ok & (rows["prefill_tp_size"] == 8) & (rows["prefill_attention_dp_size"] == 1)
