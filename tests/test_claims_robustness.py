@@ -193,16 +193,23 @@ def test_chapter3_callbacks_recompute_at_every_end():
     from analysis.disagg import chapter as ch
     slo = {"low": 0.3, "high": 1.73}
     by_price = {"power-law": ["PDAF", "PD", "AF", "3-way"], "gpu-fit": ["AF", "PD", "PDAF", "3-way"]}
-    v = ch.claim_verdicts(_ci(0.75, 0.39), _ci(1.2, 0.2, "AF"), -0.11, by_price, slo, rho_aw_cal=0.6)
-    # every end gives another value than the default: (a) at the stated sweep and both SLO ends...
-    assert [f[:2] for f in v["a"].flips] == [("efficiencies", "stated"), ("TPOT SLO (s)", 0.025),
-                                             ("TPOT SLO (s)", 0.1)]
+    ci = {"measured": _ci(0.75, 0.39), "stated": _ci(1.2, 0.2, "AF"),
+          "roofline (calibrated)": _ci(0.1, 0.1, "AF"), "roofline (stated)": _ci(0.75, 0.39)}
+    abl = {"measured": -0.11, "calibrated": 0.6, "roofline": -0.11}
+    v = ch.claim_verdicts(ci, abl, by_price, slo)
+    # every end gives another value than the default: (a) at the roofline (calibrated), the stated
+    # efficiencies and both SLO ends (the roofline at the stated efficiencies gives the default's value)
+    assert [f[:2] for f in v["a"].flips] == [("backend", "roofline (calibrated)"), ("efficiencies", "stated"),
+                                             ("TPOT SLO (s)", 0.025), ("TPOT SLO (s)", 0.1)]
+    # (b): the roofline and the stated efficiencies rank PDAF second as well (partly); the price models do not
     assert {f[:2] for f in v["b"].flips} == {("NPU price model", "power-law"), ("NPU price model", "gpu-fit")}
     # (c): the sweep at the stated efficiencies (+0.20 against the ablation's -0.11: the minimum stays) and
     # the ablation recomputed at the calibrated ones (+0.6: the minimum becomes the sweep's +0.39)
     assert [f[:2] for f in v["c"].flips] == [("ablation efficiencies", "calibrated")]
-    none = ch.claim_verdicts(_ci(0.75, 0.39), _ci(1.2, 0.2), -0.11, by_price, slo)
+    none = ch.claim_verdicts(ci, {**abl, "calibrated": None}, by_price, slo)
     assert "not assessed at ablation efficiencies = calibrated" in none["c"].robustness
+    # the value under the rule as first declared is recomputed at backend = roofline (stated)
+    assert "on the value at backend = roofline (stated)" in v["a"].original_rule
 
 
 def test_chapter3_validation_cells_recompute_at_the_stated_efficiencies():

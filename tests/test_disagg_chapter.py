@@ -163,27 +163,65 @@ def test_claim_b_by_price_judges_under_the_declared_rule():
 
 
 def test_claim_verdicts_use_the_declared_rules_and_their_ends():
-    """Claims (a)-(c) through claims.evaluate: (a) flips to partly where the stated efficiencies give
-    a smaller gain; the TPOT SLO's declared ends are looked up by value."""
+    """Claims (a)-(c) through claims.evaluate on the measured backend's values: (a) flips to partly where
+    the stated efficiencies or the roofline give a smaller gain; the TPOT SLO's declared ends are looked
+    up by value; the roofline's values and verdicts are glued and shown beside the measured ones."""
     pub = data.published("heteropanacea_pd_gain")["value"]
-    ci_cal = {"pd_gain": pub, "ranking": ["PDAF", "PD", "AF", "3-way"], "rho_sweep": 0.6}
-    ci_raw = {"pd_gain": pub * 0.75, "ranking": ["PDAF", "PD", "AF", "3-way"], "rho_sweep": 0.55}
-    ranks = {"linear": ci_cal["ranking"], "power-law": ["PD", "PDAF"], "gpu-fit": ["PDAF"]}
-    v = chapter.claim_verdicts(ci_cal, ci_raw, 0.7, ranks, {"low": pub, "high": pub * 1.05})
-    assert v["a"].verdict == claims.REPRODUCED and v["a"].flips == [("efficiencies", "stated", claims.PARTLY)]
+    rank = ["PDAF", "PD", "AF", "3-way"]
+    ci = {"measured": {"pd_gain": pub, "ranking": rank, "rho_sweep": 0.6},
+          "stated": {"pd_gain": pub * 0.75, "ranking": rank, "rho_sweep": 0.55},
+          "roofline (calibrated)": {"pd_gain": pub * 0.75, "ranking": rank, "rho_sweep": 0.55},
+          "roofline (stated)": {"pd_gain": pub, "ranking": rank, "rho_sweep": 0.6}}
+    abl = {"measured": 0.7, "calibrated": 0.7, "roofline": 0.7}
+    ranks = {"linear": rank, "power-law": ["PD", "PDAF"], "gpu-fit": ["PDAF"]}
+    v = chapter.claim_verdicts(ci, abl, ranks, {"low": pub, "high": pub * 1.05})
+    assert v["a"].verdict == claims.REPRODUCED and v["a"].flips == [
+        ("backend", "roofline (calibrated)", claims.PARTLY), ("efficiencies", "stated", claims.PARTLY)]
     assert (
         v["b"].verdict == claims.REPRODUCED
         and ("NPU price model", "power-law", claims.PARTLY) in v["b"].flips
     )
     assert v["c"].verdict == claims.REPRODUCED and v["c"].computed == 0.6 and not v["c"].flips
-    v2 = chapter.claim_verdicts(ci_cal, ci_raw, 0.7, ranks, {"low": pub * 0.1, "high": pub})
+    v2 = chapter.claim_verdicts(ci, abl, ranks, {"low": pub * 0.1, "high": pub})
     low = chapter.tpot_slo_ends()["low"]
     assert ("TPOT SLO (s)", low, claims.NOT_REPRODUCED) in v2["a"].flips
-    out = chapter.verdict_values(v, ci_raw, 0.7, {"low": pub, "high": pub}, [])
-    assert out["ch3_cal_agree"] == "not all the same" and out["ch3_verdict_counts"] == (
+    out = chapter.verdict_values(v, ci, abl, ranks, {"low": pub, "high": pub}, [])
+    assert out["ch3_backend_agree"] == "not all the same" and out["ch3_verdict_counts"] == (
         "3 reproduced (3 of them amended after the result)")
-    side = chapter.side_table(ci_cal, ci_raw, v, 0.7)
-    assert side["verdict, stated"].tolist() == [claims.PARTLY, claims.REPRODUCED, claims.REPRODUCED]
+    assert out["ch3_roof_verdict_a"] == claims.PARTLY and out["ch3_roof_a_value"][0] == pub * 0.75
+    side = chapter.side_table(ci, v, abl, ranks, {"low": pub, "high": pub})
+    want = [claims.PARTLY, claims.REPRODUCED, claims.REPRODUCED]
+    assert side["verdict, roofline (calibrated)"].tolist() == want
+    assert side["verdict, roofline (stated)"].tolist() == [claims.REPRODUCED] * 3
+    assert side["measured (default)"].tolist()[1] == "PDAF"
+
+
+def _with_shares(df, share):
+    """``df`` with a ``measured_share`` per row from ``share(row)``."""
+    return df.assign(measured_share=[share(r) for _, r in df.iterrows()])
+
+
+def test_claim_measured_shares_name_the_deciding_plans():
+    """(a): the PD and colocated plans of the cell with the largest PD gain; (b): the NPU cells' plans
+    (0 there); (c): per cell, the colocated plan and the best disaggregated one (sweep and ablation)."""
+    gpu = _sweep("G", {"m1": [(1.5, 0.9, 0.8, 0.7), (1.2, 2.0, 0.8, 0.7)],
+                       "m2": [(1.1, 0.9, 0.8, 0.7), (1.3, 0.9, 0.8, 0.7)]})
+    npu = _sweep(study.NPU_SET, {"m1": [(1.5, 0.9, 0.8, 0.7), (1.2, 2.0, 0.8, 0.7)]})
+    code = {"C": 0.2, "PD": 0.6, "AF": 0.9, "3-way": 0.4, "PDAF": 0.5}
+    sw = pd.concat([_with_shares(gpu, lambda r: code[r["mode"]] + (0.01 if r["model"] == "m2" else 0.0)),
+                    npu.assign(measured_share=0.0)], ignore_index=True)
+    abl = _sweep("G", {"v1": [(1.0, 1.1, 0.8, 0.7)], "v2": [(0.5, 0.6, 0.9, 0.7)]}, ratios=(1.0,))
+    abl = _with_shares(abl, lambda r: code[r["mode"]])
+    s = chapter.claim_measured_shares(sw, abl, ["G"])
+    assert s["a"]["PD"] == 0.6 and s["a"]["C"] == 0.2 and s["a"]["cell"] == "m1, G, ratio 1"
+    assert s["b"]["max"] == 0.0 and s["b"]["plans"] == len(npu[npu["feasible"]])
+    # (c): 4 sweep cells + 2 ablation cells, each the C plan and the best split: 12 plans
+    assert s["c"]["plans"] == 12 and s["c"]["min"] == 0.2 and s["c"]["max"] == pytest.approx(0.9)
+    v = chapter.measured_share_values(s)
+    assert v["ch3_meas_share_a_pd"] == (0.6, "{:.0%}") and v["ch3_meas_share_c_plans"][0] == 12
+    t = chapter.measured_share_table(sw, ["G"])
+    assert t["model"].tolist() == ["m1", "m2"] and t.loc[0, "colocated (median)"] == 0.2
+    assert ((t["min"] >= 0) & (t["max"] <= 1)).all()
 
 
 # --------------------------------------------------------------------------- the validation cells

@@ -506,6 +506,17 @@ def _share_above(s: pd.Series) -> float:
     return float((s > 1).mean())
 
 
+def claim_a_text(sweep: pd.DataFrame, gpus) -> str:
+    """Claim (a)'s value in words, as the claims ledger shows it: the largest PD gain on the GPUs and
+    its cell."""
+    gs = sweep[sweep["hardware"].isin(gpus)]
+    pdg = gs[(gs["mode"] == "PD") & np.isfinite(gs["speedup"])]
+    if not len(pdg):
+        return "no GPU cell where PD and colocated serving both meet the SLOs"
+    best = pdg.loc[pdg["speedup"].idxmax()]
+    return f"up to {best['speedup'] - 1:+.0%} ({best['model']}, {best['hardware']}, ratio {best['ratio']:g})"
+
+
 def claim_a_values(sweep: pd.DataFrame, gpus) -> dict:
     """Claim (a): the largest PD gain over colocated on the GPUs (and on the NPU design points), where
     PD wins, against the published gain."""
@@ -527,8 +538,6 @@ def claim_a_values(sweep: pd.DataFrame, gpus) -> dict:
     else:
         out["ch3_pd_max_gain_npu"] = "n/a"
         out["ch3_pd_max_where_npu"] = "NPU study skipped"
-    out["ch3_claim_a_value"] = (f"up to {pd_gain:+.0%} ({best['model']}, {best['hardware']}, "
-                                f"ratio {best['ratio']:g})")
     short, long_ = pdg[pdg["ratio"] <= SHORT], pdg[pdg["ratio"] >= LONG]
     out.update({"ch3_short": (SHORT, "{:g}"), "ch3_long": (LONG, "{:g}"),
                 "ch3_pd_win_short": (_share_above(short["speedup"]) if len(short) else float("nan"), PCT),
@@ -793,10 +802,12 @@ def attention_frames(sweep: pd.DataFrame, abl: pd.DataFrame, *, models, ratios, 
 
 
 def ablation_at(base_model, ratios, output_tokens, *, gpu, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s,
-                budget, precision, af_over_scaleup, eff=None) -> pd.DataFrame:
+                budget, precision, af_over_scaleup, eff=None, backend: str = "roofline") -> pd.DataFrame:
     """:func:`.study.ablation` (the same variants: routed experts per token and KV heads) with every cell
-    priced at the efficiencies ``eff`` (None: the stated ones, as :func:`.study.ablation`): claim (c)'s
-    ``ablation efficiencies`` end recomputes the ablation here."""
+    priced at the efficiencies ``eff`` (None: the stated ones, as :func:`.study.ablation`) by ``backend``
+    (``"measured"``: the GPU's kernel tables, :func:`.study.measured_hardware`): claim (c)'s ablation
+    is computed here, at its declared default and ends."""
+    study._check_backend(backend)
     m = specs.model(base_model)
     variants = []
     if m.is_moe:
@@ -811,6 +822,7 @@ def ablation_at(base_model, ratios, output_tokens, *, gpu, ttft_slo_s, ttft_slo_
     kw = {} if eff is None else {"eff": eff}
     rows = []
     hw = S.default_hardware(gpu)
+    hw = study.measured_hardware(hw, precision) if backend == "measured" else hw
     for axis, val, spec in variants:
         for r in ratios:
             wl = S.Workload(max(1.0, round(r * output_tokens)), output_tokens)
@@ -822,6 +834,19 @@ def ablation_at(base_model, ratios, output_tokens, *, gpu, ttft_slo_s, ttft_slo_
                 row.update(axis=axis, value=val, ratio=r, attention_share=share)
                 rows.append(row)
     return study.add_speedup(pd.DataFrame(rows), ["model", "ratio"])
+
+
+def ablation_inputs(inputs: dict, *, base_model, ratios, gpu) -> dict:
+    """The arguments of :func:`ablation_at` (and :func:`.study.ablation`) from :func:`sweep_inputs`."""
+    return dict(base_model=base_model, ratios=list(ratios), output_tokens=inputs["output_tokens"], gpu=gpu,
+                ttft_slo_s=inputs["ttft_slo_s"], ttft_slo_s_per_1k_input=inputs["ttft_slo_s_per_1k_input"],
+                tpot_slo_s=inputs["tpot_slo_s"], budget=inputs["budget"], precision=inputs["precision"],
+                af_over_scaleup=inputs["af_over_scaleup"])
+
+
+def claim_inputs_by_backend(sweeps: dict, gpus, output_tokens, precision) -> dict:
+    """:func:`.study.claim_inputs` of each named sweep (the keys of :func:`claim_recompute`'s ``ci``)."""
+    return {k: study.claim_inputs(s, gpus, output_tokens, precision) for k, s in sweeps.items()}
 
 
 def ablation_rho(abl: pd.DataFrame) -> float:
@@ -843,6 +868,13 @@ def claim_c_stats(bd: pd.DataFrame, ab: pd.DataFrame, abl: pd.DataFrame) -> dict
             "rho_w": float(within.median()), "rho_aw": float(abl_within.median())}
 
 
+def claim_c_text(stats: dict) -> str:
+    """Claim (c)'s value in words (:func:`claim_c_stats`), as the claims ledger shows it."""
+    return (f"Spearman ρ(attention share, best disaggregated speedup) within each input/output ratio: median "
+            f"{stats['rho_w']:+.2f} across models, {stats['rho_aw']:+.2f} in the ablation (across ratios: "
+            f"{stats['rho_sweep']:+.2f} and {stats['rho_abl']:+.2f})")
+
+
 def claim_c_values(stats: dict, ab: pd.DataFrame, *, ablation_model, gpu) -> dict:
     sig = inspect.signature(study.attention_share).parameters
     ref = claims.rule("ch3_attention_heavy")["reference"]  # declared in data/claims.yaml
@@ -857,10 +889,7 @@ def claim_c_values(stats: dict, ab: pd.DataFrame, *, ablation_model, gpu) -> dic
             "ch3_rho_kvheads": (study.axis_rho(ab, "KV heads"), SIGNED),
             "ch3_rho_within": (rho_w, SIGNED), "ch3_rho_abl_within": (rho_aw, SIGNED),
             "ch3_rho_within_list": ", ".join(f"{r:g}: {v:+.2f}" for r, v in stats["within"].items()),
-            "ch3_claim_c_value": (f"Spearman ρ(attention share, best disaggregated speedup) within each "
-                                  f"input/output ratio: median {rho_w:+.2f} across models, {rho_aw:+.2f} in "
-                                  f"the ablation (across ratios: {stats['rho_sweep']:+.2f} and "
-                                  f"{stats['rho_abl']:+.2f})")}
+}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -911,12 +940,27 @@ def pd_gain_inputs(inputs: dict) -> dict:
     return subset(inputs, drop=("npu_points", "role_hardware", "tpot_slo_s"))
 
 
-def pd_gain_at_slo_ends(inputs: dict, eff) -> dict:
+def pd_gain_at_slo_ends(inputs: dict, eff, backend: str = "roofline") -> dict:
     """Claim (a)'s PD gain sweep (:func:`.study.pd_gain_sweep`, cached on disk) at each declared end of
-    the TPOT SLO (:func:`tpot_slo_ends`), priced at the efficiencies ``eff``: ``{"low": df, "high": df}``."""
+    the TPOT SLO (:func:`tpot_slo_ends`), priced at the efficiencies ``eff`` by ``backend``:
+    ``{"low": gain, "high": gain}``."""
+    kw = {} if backend == "roofline" else {"backend": backend}
     return {end: cache.cached("disagg/pd_gain_slo", study.pd_gain_sweep, **pd_gain_inputs(inputs),
-                              tpot_slo_s=slo, eff=eff)
+                              tpot_slo_s=slo, eff=eff, **kw)
             for end, slo in tpot_slo_ends().items()}
+
+
+def measured_sweep(inputs: dict, eff, roofline_sweep: pd.DataFrame) -> pd.DataFrame:
+    """The ratio sweep priced by the measured backend (:func:`.study.ratio_sweep` with
+    ``backend="measured"``): its GPU cells computed here (cached on disk), its NPU cells (every
+    hardware set the GPU run does not have) taken from ``roofline_sweep``, the roofline sweep of the same
+    ``inputs`` and efficiencies ``eff``: the NPU design points have no kernel tables, so the measured
+    backend prices them by that same roofline (measured share 0; tested), and they are not priced twice.
+    ``eff`` None: the stated efficiencies."""
+    gpu = cache.cached("disagg/ratio_sweep_measured", study.ratio_sweep, **subset(inputs, npu_points=[]),
+                       eff=costs.Efficiency() if eff is None else eff, backend="measured")
+    rest = roofline_sweep[~roofline_sweep["hardware"].isin(set(gpu["hardware"]))]
+    return pd.concat([gpu, rest], ignore_index=True)
 
 
 def chapter_verdicts(verdicts: dict, prod_verdicts: dict, gain_verdicts: dict) -> list:
@@ -926,81 +970,193 @@ def chapter_verdicts(verdicts: dict, prod_verdicts: dict, gain_verdicts: dict) -
             prod_verdicts["order"], gain_verdicts["ms"], gain_verdicts["ds"]]
 
 
-def _at(stated, calibrated, by_price=None, by_slo=None):
-    """recompute(name, value) for claims.evaluate: the efficiencies' ends, the NPU price models' ends and
-    the TPOT SLO's ends (claim (a))."""
-    def f(name, val):
-        if name == "efficiencies":
-            return stated if val == "stated" else calibrated
-        if name == "NPU price model" and by_price is not None:
-            return by_price(val)
-        if name == "TPOT SLO (s)" and by_slo is not None:
-            return by_slo(val)
-        return None
-    return f
+BACKEND_ALTS = ("roofline (calibrated)", "roofline (stated)")  # claims (a)-(c)'s 'backend' alternatives
+CLAIM_IDS = {"a": "ch3_pd_gain", "b": "ch3_pdaf_consistent", "c": "ch3_attention_heavy"}
 
 
-def claim_verdicts(ci_cal: dict, ci_raw: dict, rho_aw: float, rank_by_set: dict, pd_gain_slo: dict,
-                   rho_aw_cal: float | None = None) -> dict:
-    """Claims (a)-(c) under their declared rules (``ch3_pd_gain``, ``ch3_pdaf_consistent``,
-    ``ch3_attention_heavy``) from :func:`.study.claim_inputs` of the calibrated (``ci_cal``) and the
-    stated-efficiency (``ci_raw``) sweeps, the ablation's within-ratio correlation ``rho_aw``, the
-    rankings under each price model and claim (a)'s value at the TPOT SLO's declared ends
-    (``{"low": gain, "high": gain}``); robustness at every declared end (claim (c)'s ablation at the
-    calibrated efficiencies: ``rho_aw_cal``, :func:`ablation_rho` of :func:`ablation_at`; None: that end
-    is not assessed)."""
+def claim_recompute(ci: dict, rho_abl: dict, rank_by_set: dict, pd_gain_slo: dict) -> dict:
+    """``{claim: recompute(name, value)}`` for ``claims.evaluate`` of claims (a)-(c), and their default
+    values under ``"values"``. ``ci``: :func:`.study.claim_inputs` of the sweep at its default
+    (``"measured"``: measured backend, calibrated efficiencies), of the measured sweep at the stated
+    efficiencies (``"stated"``) and of the roofline sweeps (``"roofline (calibrated)"``, ``"roofline
+    (stated)"``); ``rho_abl``: claim (c)'s ablation term (:func:`ablation_rho`) of the measured ablation
+    at the stated efficiencies (``"measured"``, the default), at the calibrated ones (``"calibrated"``;
+    None: not assessed) and of the roofline ablation at the stated ones (``"roofline"``, the one the
+    roofline alternatives used); ``rank_by_set``: claim (b)'s ranking under each NPU price model;
+    ``pd_gain_slo``: claim (a) at the TPOT SLO's declared ends (``{"low": gain, "high": gain}``). An
+    assumption a claim does not declare gives None (not assessed)."""
     ends = tpot_slo_ends()
-    pd_gain, ranking = ci_cal["pd_gain"], ci_cal["ranking"]
-    v_a = claims.evaluate("ch3_pd_gain", pd_gain, recompute=_at(
-        ci_raw["pd_gain"], pd_gain, by_slo=lambda v: pd_gain_slo["low" if v == ends["low"] else "high"]))
-    v_b = claims.evaluate("ch3_pdaf_consistent", scores(ranking), recompute=_at(
-        scores(ci_raw["ranking"]), scores(ranking), lambda m: scores(rank_by_set.get(m))))
-    rho_c = min(ci_cal["rho_sweep"], rho_aw)  # NaN in either: not testable
-    at_c = _at(min(ci_raw["rho_sweep"], rho_aw), rho_c)
+    m = ci["measured"]
+
+    def rho_c(key, abl):
+        return None if abl is None else min(ci[key]["rho_sweep"], abl)
+
+    def a_at(name, val):
+        if name == "backend":
+            return ci[val]["pd_gain"] if val in BACKEND_ALTS else m["pd_gain"]
+        if name == "efficiencies":
+            return ci["stated"]["pd_gain"] if val == "stated" else m["pd_gain"]
+        if name == "TPOT SLO (s)":
+            return pd_gain_slo["low" if val == ends["low"] else "high"]
+        return None
+
+    def b_at(name, val):
+        if name == "backend":
+            return scores(ci[val]["ranking"] if val in BACKEND_ALTS else m["ranking"])
+        if name == "efficiencies":
+            return scores(ci["stated"]["ranking"] if val == "stated" else m["ranking"])
+        if name == "NPU price model":
+            return scores(rank_by_set.get(val))
+        return None
 
     def c_at(name, val):
+        if name == "backend":
+            if val in BACKEND_ALTS:
+                return rho_c(val, rho_abl["roofline"])
+            return rho_c("measured", rho_abl["measured"])
+        if name == "efficiencies":
+            return rho_c("stated" if val == "stated" else "measured", rho_abl["measured"])
         if name == "ablation efficiencies":
-            if val == "stated":
-                return rho_c
-            return None if rho_aw_cal is None else min(ci_cal["rho_sweep"], rho_aw_cal)
-        return at_c(name, val)
-    v_c = claims.evaluate("ch3_attention_heavy", rho_c, recompute=c_at)
-    return {"a": v_a, "b": v_b, "c": v_c}
+            abl = rho_abl.get("calibrated") if val == "calibrated" else rho_abl["measured"]
+            return rho_c("measured", abl)
+        return None
+    values = {"a": m["pd_gain"], "b": scores(m["ranking"]), "c": rho_c("measured", rho_abl["measured"])}
+    return {"a": a_at, "b": b_at, "c": c_at, "values": values}
 
 
-def stated_verdicts(ci_raw: dict, rho_aw: float) -> dict:
-    """Claims (a)-(c) with every sweep cell priced at the stated efficiencies (the ablation's are)."""
-    return {"a": claims.evaluate("ch3_pd_gain", ci_raw["pd_gain"]).verdict,
-            "b": claims.evaluate("ch3_pdaf_consistent", scores(ci_raw["ranking"])).verdict,
-            "c": claims.evaluate("ch3_attention_heavy", min(ci_raw["rho_sweep"], rho_aw)).verdict}
+def claim_verdicts(ci: dict, rho_abl: dict, rank_by_set: dict, pd_gain_slo: dict) -> dict:
+    """Claims (a)-(c) under their declared rules (``ch3_pd_gain``, ``ch3_pdaf_consistent``,
+    ``ch3_attention_heavy``: the measured operator backend since 2026-12-03) with robustness at every
+    declared end, the roofline alternatives included (arguments: :func:`claim_recompute`)."""
+    r = claim_recompute(ci, rho_abl, rank_by_set, pd_gain_slo)
+    return {k: claims.evaluate(cid, r["values"][k], recompute=r[k]) for k, cid in CLAIM_IDS.items()}
 
 
-def verdict_values(verdicts: dict, ci_raw: dict, rho_aw: float, pd_gain_slo: dict, others) -> dict:
+def backend_verdicts(ci: dict, rho_abl: dict, rank_by_set: dict, pd_gain_slo: dict, backend: str) -> dict:
+    """Claims (a)-(c)'s verdicts (labels only) with the value at ``backend`` (one of
+    :data:`BACKEND_ALTS`, or ``"measured"``) under the declared rule."""
+    r = claim_recompute(ci, rho_abl, rank_by_set, pd_gain_slo)
+    return {k: claims.evaluate(cid, r[k]("backend", backend)).verdict for k, cid in CLAIM_IDS.items()}
+
+
+def verdict_values(verdicts: dict, ci: dict, rho_abl: dict, rank_by_set: dict, pd_gain_slo: dict,
+                   others) -> dict:
     """The three claims' verdicts, every verdict counted (``others``: the validation cells'), claim (a)
-    at the TPOT SLO's ends, and whether the stated efficiencies give the same verdicts."""
+    at the TPOT SLO's ends, the values and verdicts under the roofline at the calibrated efficiencies
+    (the former default) and whether they agree with the measured backend's."""
     ends = tpot_slo_ends()
-    raw = stated_verdicts(ci_raw, rho_aw)
+    roof = backend_verdicts(ci, rho_abl, rank_by_set, pd_gain_slo, BACKEND_ALTS[0])
+    r = claim_recompute(ci, rho_abl, rank_by_set, pd_gain_slo)
+    rc = ci[BACKEND_ALTS[0]]
     out = {f"ch3_verdict_{k}": verdicts[k] for k in "abc"}
     out["ch3_verdict_counts"] = claims.counts_text([verdicts["a"], verdicts["b"], verdicts["c"], *others])
     out.update({"ch3_a_slo_low": (pd_gain_slo["low"], "{:+.0%}"), "ch3_a_slo_high": (pd_gain_slo["high"],
                                                                                      "{:+.0%}"),
                 "ch3_a_slo_low_s": (ends["low"] * 1e3, "{:g} ms"), "ch3_a_slo_high_s": (ends["high"] * 1e3,
                                                                                         "{:g} ms"),
-                "ch3_cal_agree": "the same" if all(verdicts[k].verdict == raw[k] for k in "abc")
+                **{f"ch3_roof_verdict_{k}": roof[k] for k in "abc"},
+                "ch3_meas_a_value": (r["values"]["a"], "{:+.0%}"),
+                "ch3_roof_a_value": (rc["pd_gain"], "{:+.0%}"),
+                "ch3_meas_b_value": (ci["measured"]["ranking"] or ["–"])[0],
+                "ch3_roof_b_value": (rc["ranking"] or ["–"])[0],
+                "ch3_meas_c_value": (r["values"]["c"], SIGNED),
+                "ch3_roof_c_value": (r["c"]("backend", BACKEND_ALTS[0]), SIGNED),
+                "ch3_backend_agree": "the same" if all(verdicts[k].verdict == roof[k] for k in "abc")
                 else "not all the same"})
     return out
 
 
-def side_table(ci_cal: dict, ci_raw: dict, verdicts: dict, rho_aw: float) -> pd.DataFrame:
-    """Claims (a)-(c) at the calibrated and at the stated efficiencies, side by side."""
-    raw = stated_verdicts(ci_raw, rho_aw)
-    v = {k: verdicts[k].verdict for k in "abc"}
-    return pd.DataFrame([
-        {"claim": "(a) PD gain, best GPU cell", "calibrated (default)": f"{ci_cal['pd_gain']:+.0%}",
-         "verdict": v["a"], "stated efficiencies": f"{ci_raw['pd_gain']:+.0%}", "verdict, stated": raw["a"]},
-        {"claim": "(b) most consistent mode (NPU)", "calibrated (default)": (ci_cal["ranking"] or ["–"])[0],
-         "verdict": v["b"], "stated efficiencies": (ci_raw["ranking"] or ["–"])[0],
-         "verdict, stated": raw["b"]},
-        {"claim": "(c) within-ratio Spearman", "calibrated (default)": f"{ci_cal['rho_sweep']:+.2f}",
-         "verdict": v["c"], "stated efficiencies": f"{ci_raw['rho_sweep']:+.2f}",
-         "verdict, stated": raw["c"]}])
+_SIDE_FMT = {"a": "{:+.0%}".format, "c": "{:+.2f}".format}
+_SIDE_NAMES = {"a": "(a) PD gain, best GPU cell", "b": "(b) most consistent mode (NPU)",
+               "c": "(c) within-ratio Spearman"}
+
+
+def _side_value(k, x):
+    if k == "b":
+        return max(x, key=x.get) if x else "–"
+    return "–" if x is None else _SIDE_FMT[k](x)
+
+
+def side_table(ci: dict, verdicts: dict, rho_abl: dict, rank_by_set: dict, pd_gain_slo: dict) -> pd.DataFrame:
+    """Claims (a)-(c) priced by the measured backend (the default) and by the roofline at the
+    calibrated and at the stated efficiencies, side by side: the value and verdict of each."""
+    r = claim_recompute(ci, rho_abl, rank_by_set, pd_gain_slo)
+    rows = []
+    for k in "abc":
+        row = {"claim": _SIDE_NAMES[k], "measured (default)": _side_value(k, r["values"][k]),
+               "verdict": verdicts[k].verdict}
+        for b in BACKEND_ALTS:
+            x = r[k]("backend", b)
+            row[b] = _side_value(k, x)
+            row[f"verdict, {b}"] = claims.evaluate(CLAIM_IDS[k], x).verdict
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------------------------
+# How much of the deciding plans' time the measured tables priced
+
+
+def _share_stats(s: pd.Series) -> dict:
+    s = s.dropna()
+    return {"min": float(s.min()), "median": float(s.median()), "max": float(s.max()), "plans": int(len(s))} \
+        if len(s) else {"min": float("nan"), "median": float("nan"), "max": float("nan"), "plans": 0}
+
+
+def _deciding_rows(df: pd.DataFrame, keys) -> pd.DataFrame:
+    """Per cell (``keys``): the colocated plan and the disaggregated plan with the largest speedup."""
+    d = df[(df["mode"] != "C") & np.isfinite(df["speedup"])]
+    best = d.loc[d.groupby(keys)["speedup"].idxmax()] if len(d) else d
+    c = df[(df["mode"] == "C") & df["feasible"].astype(bool)]
+    return pd.concat([best, c.merge(best[keys], on=keys)], ignore_index=True)
+
+
+def claim_measured_shares(sweep: pd.DataFrame, abl: pd.DataFrame, gpus) -> dict:
+    """Share of each claim's deciding plans' device time priced from measured kernel tables
+    (``measured_share`` of :func:`.study.ratio_sweep`'s rows). (a): the PD and colocated plans of the
+    GPU cell with the largest PD gain; (b): every plan of the NPU cells (0: no NPU tables); (c): per
+    cell, the colocated plan and the best disaggregated plan, of the sweep on the first GPU and of the
+    ablation (min, median, max)."""
+    gs = sweep[sweep["hardware"].isin(gpus)]
+    pdg = gs[(gs["mode"] == "PD") & np.isfinite(gs["speedup"])]
+    out = {}
+    if len(pdg):
+        top = pdg.loc[pdg["speedup"].idxmax()]
+        cell = gs[(gs["model"] == top["model"]) & (gs["hardware"] == top["hardware"])
+                  & (gs["ratio"] == top["ratio"])]
+        out["a"] = {m: float(cell[cell["mode"] == m]["measured_share"].iloc[0]) for m in ("PD", "C")}
+        out["a"]["cell"] = f"{top['model']}, {top['hardware']}, ratio {top['ratio']:g}"
+    else:
+        out["a"] = {"PD": float("nan"), "C": float("nan"), "cell": "no PD cell"}
+    ns = sweep[sweep["hardware"] == study.NPU_SET]
+    out["b"] = _share_stats(ns[ns["feasible"].astype(bool)]["measured_share"])
+    g0 = _deciding_rows(sweep[sweep["hardware"] == gpus[0]], ["model", "ratio"])
+    ab = _deciding_rows(abl, ["model", "ratio"])
+    out["c"] = _share_stats(pd.concat([g0["measured_share"], ab["measured_share"]], ignore_index=True))
+    return out
+
+
+def measured_share_values(shares: dict) -> dict:
+    """The glued measured shares of claims (a)-(c)'s deciding plans (:func:`claim_measured_shares`)."""
+    a, b, c = shares["a"], shares["b"], shares["c"]
+    return {"ch3_meas_share_a_pd": (a["PD"], PCT), "ch3_meas_share_a_c": (a["C"], PCT),
+            "ch3_meas_share_a_cell": a["cell"], "ch3_meas_share_b_max": (b["max"], PCT),
+            "ch3_meas_share_c_median": (c["median"], PCT), "ch3_meas_share_c_min": (c["min"], PCT),
+            "ch3_meas_share_c_max": (c["max"], PCT), "ch3_meas_share_c_plans": (c["plans"], INT)}
+
+
+MEASURED_SHARE_FORMATS = {c: PCT for c in ("median", "min", "max", "colocated (median)", "PD (median)")}
+
+
+def measured_share_table(sweep: pd.DataFrame, gpus) -> pd.DataFrame:
+    """Per model and GPU: the measured share of the best feasible plans' device time over the ratios and
+    modes (median, min, max) and of the colocated and PD plans alone (median)."""
+    gs = sweep[sweep["hardware"].isin(gpus) & sweep["feasible"].astype(bool)]
+    rows = []
+    for (m, g), d in gs.groupby(["model", "hardware"], sort=False):
+        s = _share_stats(d["measured_share"])
+        rows.append({"model": m, "GPU": g, "median": s["median"], "min": s["min"], "max": s["max"],
+                     "colocated (median)": float(d[d["mode"] == "C"]["measured_share"].median()),
+                     "PD (median)": float(d[d["mode"] == "PD"]["measured_share"].median()),
+                     "plans": s["plans"]})
+    return pd.DataFrame(rows)

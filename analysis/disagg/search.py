@@ -447,7 +447,13 @@ HW_KEYS = ("hw", "hw_a", "hw_f")
 def unit_candidates(unit, roles, model, wl, hardware, **kw):
     """Candidates of one unit concatenated over its hardware choices; the device names are kept
     once per choice (``_hw`` list) and referenced by the integer array ``hw_idx``."""
-    parts = [role_candidates(unit, model, wl, hw, **kw) for hw in _unit_hw(roles, hardware)]
+    parts = []
+    for hw in _unit_hw(roles, hardware):
+        with costs.ledger() as led:  # per candidate: the share of its operator seconds read from tables
+            p = role_candidates(unit, model, wl, hw, **kw)
+        share = np.asarray(led.measured_share, dtype=float)
+        p["measured_share"] = np.broadcast_to(share, np.shape(p["rate"])).copy()
+        parts.append(p)
     names = [{k: p[k] for k in HW_KEYS if k in p} for p in parts]
     keys = [k for k in parts[0] if k not in HW_KEYS]
     out = {k: np.concatenate([p[k] for p in parts]) for k in keys}
@@ -495,6 +501,15 @@ class Plan:
     edges: list = field(default_factory=list)
     input_tokens: float = float("nan")
     output_tokens: float = float("nan")
+
+    @property
+    def measured_share(self) -> float:
+        """Share of the plan's device time spent in operators priced from measured kernel tables
+        (:mod:`analysis.measured`; 0 under the roofline): each unit's share of its candidate's priced
+        operator seconds, weighted by the unit's share of the plan's devices (NaN if infeasible)."""
+        if not self.feasible:
+            return float("nan")
+        return float(sum(u["device_share"] * u.get("measured_share", 0.0) for u in self.units))
 
     def pool_throughput(self) -> dict:
         """Throughput per device of each pool, as operators publish it (tokens/s per device): output

@@ -14,6 +14,7 @@ from scipy.stats import spearmanr
 
 from .. import claims, data, specs
 from .. import forward as costs
+from .. import measured as M
 from ..forward import Efficiency, Precision
 from ..traces import load_trace
 from . import des, devices
@@ -49,6 +50,25 @@ def npu_grid(af_over_scaleup=True) -> S.Grid:
     return S.Grid(sizes=(1, 2, 4, 8, 16, 32), batches=(1, 4, 16, 64, 256, 1024, 4096),
                   chunks=(1024, 4096, 16384), prefill_batches=(1, 4, 16), utilisations=(0.6, 0.85, 0.95),
                   microbatches=(1, 2), af_over_scaleup=af_over_scaleup, overlaps=OVERLAPS)
+
+
+BACKENDS = ("roofline", "measured")
+
+
+def measured_hardware(hardware: dict, precision: str) -> dict:
+    """``hardware`` (role -> device list) with every GPU that has AIConfigurator kernel tables
+    (:data:`analysis.measured.DEVICE_TABLES`) replaced by its measured device dict
+    (:func:`.production.measured_device`); other devices (NPU design points, GPUs without tables) stay
+    names, priced by the roofline (their measured share is 0)."""
+    def one(d):
+        name = d["name"] if isinstance(d, dict) else d
+        return P.measured_device(d, precision) if name in M.DEVICE_TABLES else d
+    return {r: [one(d) for d in lst] for r, lst in hardware.items()}
+
+
+def _check_backend(backend):
+    if backend not in BACKENDS:
+        raise S.SearchError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
 
 
 def hardware_sets(gpus, npu_points, role_hardware=None) -> dict:
@@ -87,6 +107,7 @@ def _plan_row(p: S.Plan):
     units = [{k: v for k, v in u.items() if k in keep} for u in p.units]
     return {"feasible": p.feasible, "reason": p.reason, "tps_device": p.tokens_per_s_per_device,
             "tps_kusd": p.tokens_per_s_per_kusd, "ttft_s": p.ttft_s, "tpot_s": p.tpot_s,
+            "measured_share": p.measured_share,
             "units": json.dumps(units, default=float), "candidates": p.candidates, "edges": ",".join(p.edges)}
 
 
@@ -141,11 +162,17 @@ def npu_price_models(npu_points) -> dict:
 
 def ratio_sweep(models, gpus, npu_points, ratios, output_tokens, *, ttft_slo_s, ttft_slo_s_per_1k_input,
                 tpot_slo_s, budget, precision, af_over_scaleup, enforce_context, role_hardware=None,
-                jobs=2, eff: Efficiency = Efficiency()) -> pd.DataFrame:
+                jobs=2, eff: Efficiency = Efficiency(), backend: str = "roofline") -> pd.DataFrame:
     """Best plan of every mode for every model x hardware set x input/output ratio. GPUs are compared
     per device; the NPU set (roles choose their design point) per dollar of estimated device price.
-    ``eff``: the efficiencies every cell is priced with (default: the stated ones)."""
+    ``eff``: the efficiencies every cell is priced with (default: the stated ones); ``backend``:
+    ``"roofline"`` or ``"measured"`` (the GPUs' operators from their kernel tables,
+    :func:`measured_hardware`; the roofline at ``eff`` for what the tables lack). Each row carries its
+    plan's ``measured_share``."""
+    _check_backend(backend)
     sets = hardware_sets(gpus, npu_points, role_hardware)
+    if backend == "measured":
+        sets = {k: measured_hardware(v, precision) for k, v in sets.items()}
     tasks = []
     for hw_name, hw in sets.items():
         npu = hw_name == "NPU design points"
@@ -161,12 +188,32 @@ def ratio_sweep(models, gpus, npu_points, ratios, output_tokens, *, ttft_slo_s, 
                                    price_models=npu_price_models(npu_points) if npu else None,
                                    whole=(WHOLE_SET,), eff=eff), r))
     rows = []
-    for (args, kw, r), cell in zip(tasks, parallel_map(run_cell_task, [(a, k) for a, k, _ in tasks], jobs)):
+    for (args, kw, r), cell in zip(tasks, warm_cells([(a, k) for a, k, _ in tasks], jobs)):
         for row in cell:
             row["ratio"] = r
             rows.append(row)
     df = pd.DataFrame(rows)
     return add_speedup(df, ["model", "hardware", "ratio"])
+
+
+def warm_cells(tasks, jobs):
+    """``[run_cell_task(t) for t in tasks]`` (:func:`parallel_map`), where one task of every measured
+    hardware set runs first in this process: its kernel tables are read (and the interpolation
+    compiled) once, before the workers fork, instead of once in every worker. The task warmed is the
+    set's first on a MoE model (the MoE tables too), else its first; each task still runs once."""
+    first = {}
+    for i, (args, _) in enumerate(tasks):
+        hw = args[2]
+        if not any(isinstance(d, dict) and str(d.get("backend", "")).startswith("measured")
+                   for lst in hw.values() for d in lst):
+            continue
+        moe = specs.model(args[0]).is_moe if isinstance(args[0], str) else False
+        if args[1] not in first or (moe and not first[args[1]][1]):
+            first[args[1]] = (i, moe)
+    done = {i: run_cell_task(tasks[i]) for i, _ in first.values()}
+    rest = [i for i in range(len(tasks)) if i not in done]
+    out = dict(zip(rest, parallel_map(run_cell_task, [tasks[i] for i in rest], jobs)))
+    return [done[i] if i in done else out[i] for i in range(len(tasks))]
 
 
 def run_cell_task(task):
@@ -361,22 +408,26 @@ def production_sensitivity(device="H800-SXM5-80GB", budget=256,
 
 def pd_gain_sweep(models, gpus, ratios, output_tokens, *, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s,
                   budget, precision, af_over_scaleup, enforce_context, eff: Efficiency = Efficiency(),
-                  jobs=2) -> float:
+                  jobs=2, backend: str = "roofline") -> float:
     """Claim (a)'s value alone (the largest PD gain over colocated among the GPU cells, as
     :func:`claim_inputs` takes it from :func:`ratio_sweep`), searching only modes C and PD on the GPUs:
-    what the chapter recomputes at the declared ends of the TPOT SLO."""
+    what the chapter recomputes at the declared ends of the TPOT SLO (``backend`` as in
+    :func:`ratio_sweep`)."""
+    _check_backend(backend)
     tasks = []
     for g in gpus:
+        hw = S.default_hardware(g)
+        hw = measured_hardware(hw, precision) if backend == "measured" else hw
         for model in models:
             for r in ratios:
                 wl = S.Workload(max(1.0, round(r * output_tokens)), output_tokens)
                 slo = slo_for(wl.input_tokens, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s)
-                tasks.append(((model, g, S.default_hardware(g), wl, slo),
+                tasks.append(((model, g, hw, wl, slo),
                               dict(budget=budget, precision=precision, objective="device",
                                    grid=gpu_grid(af_over_scaleup), enforce_context=enforce_context, eff=eff,
                                    modes=("C", "PD")), r))
     rows = []
-    for (_, _, r), cell in zip(tasks, parallel_map(run_cell_task, [(a_, k_) for a_, k_, _ in tasks], jobs)):
+    for (_, _, r), cell in zip(tasks, warm_cells([(a_, k_) for a_, k_, _ in tasks], jobs)):
         for row in cell:
             row["ratio"] = r
             rows.append(row)
