@@ -792,3 +792,101 @@ def device(name: str, prec: forward.Precision = forward.Precision(),
 
 for _d in DEVICE_TABLES:
     backend_name(_d)
+
+
+# ------------------------------------------------------------------- tensor-split experts (issue 27 item 4)
+
+# where the MoE table lacks a model's expert shape, the tensor-split ratio of the nearest measured shape
+# (same dtype, the split and the spread layout both measured) at the same routed tokens per expert is used:
+# every read is recorded here, (folder, dtype, shape, moe_tp, n) -> the (table dtype, shape) used or None
+SPLIT_SUBSTITUTES: dict = {}
+
+
+def _split_grids(t: Table, dt: str, key: tuple, mt: int, n: float):
+    """The (tensor-split, spread) grids of ``key`` = (hidden, inter, topk, n_experts) when the table
+    holds ``moe_tp = mt`` at ``ep = n / mt`` and ``moe_tp = 1`` at ``ep = n``, else None."""
+    a = t.grid((dt, *key, MOE_DISTRIBUTION, int(mt)))
+    b = t.grid((dt, *key, MOE_DISTRIBUTION, 1))
+    if a is None or b is None:
+        return None
+    ok = lambda g, ep: g.axes[1][0] - 1e-9 <= np.log(ep) <= g.axes[1][-1] + 1e-9  # noqa: E731
+    return (a, b) if ok(a, n / mt) and ok(b, n) else None
+
+
+@functools.lru_cache(maxsize=None)
+def _split_source(folder: str, dtype: str, key: tuple, mt: int, n: float, framework: str):
+    """(moe dtype, shape key, the tensor-split and spread grids) of ``key`` or, where the table lacks
+    it, of the nearest measured shape (smallest sum of |log| ratios of hidden, inter and experts per
+    routed slot ``n_experts / topk``), of the dtype, else of the other dtypes in :data:`SPLIT_DTYPE_ORDER`
+    (FP4 on Hopper, which has no FP4 table); None where no shape holds both layouts at ``n`` GPUs."""
+    t = merged_table(folder, "moe", framework)
+    for dt in MOE_DTYPES.get(dtype, (dtype,)):
+        g = _split_grids(t, dt, key, mt, n)
+        if g is not None:
+            return dt, key, g
+    for fam in (dtype, *(d for d in SPLIT_DTYPE_ORDER if d != dtype)):
+        best = _nearest_split(t, MOE_DTYPES.get(fam, (fam,)), key, mt, n)
+        if best is not None:
+            return best
+    return None
+
+
+# the dtype families tried, in order, where a run's own has no shape measured in both layouts
+SPLIT_DTYPE_ORDER = ("fp8", "bf16", "fp4")
+
+
+def _nearest_split(t: Table, dtypes, key: tuple, mt: int, n: float):
+    """The (dtype, shape, grids) of the shape of ``dtypes`` nearest to ``key`` holding both layouts."""
+    h, inter, k, E = key
+    best, dist = None, np.inf
+    for dt in dtypes:
+        for kk in t.grids:
+            if kk[0] != dt or kk[5] != MOE_DISTRIBUTION or kk[6] != 1:
+                continue
+            g = _split_grids(t, dt, kk[1:5], mt, n)
+            if g is None:
+                continue
+            d = (abs(np.log(kk[1] / h)) + abs(np.log(kk[2] / inter))
+                 + abs(np.log((kk[4] / kk[3]) / (E / k))))
+            if d < dist:
+                best, dist = (dt, kk[1:5], g), d
+    return best
+
+
+def moe_split_ratio(folder: str, tokens, n, moe_tp, hidden, inter, topk, n_experts, dtype: str = "bf16",
+                    framework: str = DEFAULT_FRAMEWORK):
+    """How much slower AIConfigurator's measured MoE kernel runs the routed experts of ``tokens``
+    tokens on ``n`` GPUs with the experts tensor-split ``moe_tp`` ways (``moe_ep = n / moe_tp``
+    expert-parallel groups) than spread over the ``n`` GPUs (``moe_tp = 1``, ``moe_ep = n``), both
+    with balanced routing: ``moe_seconds(moe_tp, ep) / moe_seconds(1, n)`` of the table of ``folder``
+    (``framework``'s, merged over versions). The roofline prices the two layouts alike (the same FLOPs
+    and expert bytes per GPU); this ratio is the tensor-split GEMMs' lower efficiency the measured
+    kernels show (DeepSeek-V3 FP8 on 8 GPUs: 1.4x-3.9x,
+    :func:`analysis.disagg.revalidate.moe_split_kernel_values`).
+
+    Where the table lacks the shape (or either layout at these GPU counts) the nearest measured shape's
+    ratio (:func:`_split_source`) is read at the same routed tokens per expert (``tokens * topk /
+    n_experts``), recorded in :data:`SPLIT_SUBSTITUTES`; token counts outside a grid's range are read at
+    its nearest end. 1 where ``moe_tp <= 1``, and where no shape of the dtype holds both layouts (also
+    recorded, as None). Vectorised over ``tokens``, ``n`` and ``moe_tp``."""
+    tok, n_, mt_ = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (tokens, n, moe_tp)))
+    out = np.ones(tok.shape)
+    key = (int(hidden), int(inter), int(topk), int(n_experts))
+    split = mt_ > 1
+    for nn, mt in {(float(a), float(b)) for a, b in zip(n_[split], mt_[split])}:
+        sel = split & (n_ == nn) & (mt_ == mt)
+        src = _split_source(folder, dtype, key, int(round(mt)), nn, framework)
+        # recorded: the (moe dtype, shape) whose ratio is used, None where none holds both layouts
+        SPLIT_SUBSTITUTES[(folder, dtype, key, mt, nn)] = None if src is None else (src[0], src[1])
+        if src is None:
+            continue
+        _, kk, (ga, gb) = src
+        t = tok[sel] * (topk / n_experts) / (kk[2] / kk[3])  # the same routed tokens per expert
+        lo, hi = np.exp(ga.axes[0][0]), np.exp(ga.axes[0][-1])
+        lo, hi = max(lo, np.exp(gb.axes[0][0])), min(hi, np.exp(gb.axes[0][-1]))
+        t = np.clip(t, lo, hi)
+        a, ca = interpolate(ga, (t, np.full_like(t, nn / mt)))
+        b, cb = interpolate(gb, (t, np.full_like(t, nn)))
+        good = (ca == MEASURED) & (cb == MEASURED)
+        out[sel] = np.where(good, a / np.where(good, b, 1.0), 1.0)
+    return out

@@ -79,3 +79,75 @@ def test_validation_prices_the_recorded_split():
             V.predict(one, V.Calibration())
         a2a = float(np.sum(led.by_kind.get("alltoall", 0.0)))
         assert (a2a > 0) is expect
+
+
+# --- tensor-split experts' measured efficiency (AIConfigurator's MoE table; issue 27 item 4) -------------
+
+def test_split_ratio_is_the_measured_tables_ratio():
+    """moe_split_ratio reads the MoE table at (moe_tp, moe_ep) and at full expert parallelism for the
+    same tokens: DeepSeek-V3 FP8 on eight H200s, split eight ways, is slower than spread (> 1) and
+    equals the ratio of analysis.measured.moe_seconds at the two layouts."""
+    from analysis import measured as M
+
+    tok = np.array([64.0, 1024.0, 8192.0])
+    args = (S.h, S.moe_inter, S.k_active, S.n_experts)
+    got = M.moe_split_ratio("h200_sxm", tok, 8.0, 8.0, *args, "fp8")
+    split, _ = M.moe_seconds("h200_sxm", tok, np.ones_like(tok), *args, "fp8", 1.0, moe_tp=8.0)
+    spread, _ = M.moe_seconds("h200_sxm", tok, np.full_like(tok, 8.0), *args, "fp8", 1.0, moe_tp=1.0)
+    np.testing.assert_allclose(got, split / spread, rtol=1e-9)
+    assert np.all(got > 1.2)
+    assert M.SPLIT_SUBSTITUTES[("h200_sxm", "fp8", args, 8.0, 8.0)][1] == args  # the shape itself
+    np.testing.assert_array_equal(M.moe_split_ratio("h200_sxm", tok, 8.0, 1.0, *args, "fp8"), 1.0)
+
+
+def test_split_ratio_of_an_unmeasured_shape_is_the_nearest_shapes_and_recorded():
+    """A shape the table lacks reads the nearest measured shape's ratio at the same tokens per expert,
+    and the substitution is recorded (never silently)."""
+    from analysis import measured as M
+
+    key = (7000, 2000, 8, 256)  # near DeepSeek-V3's (7168, 2048, 8, 256), not in the table
+    got = M.moe_split_ratio("h200_sxm", [1024.0], 8.0, 8.0, *key, "fp8")
+    ref = M.moe_split_ratio("h200_sxm", [1024.0], 8.0, 8.0, S.h, S.moe_inter, S.k_active, S.n_experts, "fp8")
+    assert float(got[0]) == pytest.approx(float(ref[0]), rel=1e-9)
+    used = M.SPLIT_SUBSTITUTES[("h200_sxm", "fp8", key, 8.0, 8.0)][1]
+    assert used == (S.h, S.moe_inter, S.k_active, S.n_experts)
+
+
+def test_tensor_split_experts_are_priced_at_the_measured_slowdown():
+    """Compute-bound: with the GPU's table folder, the routed FLOPs of tensor-split experts are scaled
+    by the measured split/spread ratio (without it, the roofline prices the two layouts alike)."""
+    from analysis import measured as M
+
+    kw = dict(tokens=np.array([8192.0]), n=8.0, moe_tp=8.0)
+    eff = Efficiency(moe_imbalance=1.0)
+    plain = float(F.ffn_block(S, PREC, eff, 1e15, 1e30, **kw)[0])
+    slow = float(F.ffn_block(S, PREC, eff, 1e15, 1e30, silicon="h200_sxm", **kw)[0])
+    r = float(M.moe_split_ratio("h200_sxm", [8192.0], 8.0, 8.0, S.h, S.moe_inter, S.k_active, S.n_experts,
+                                "fp8")[0])
+    routed = S.n_moe * 2.0 * 8192 * S.k_active * S.expert_params / 8 / (1e15 * eff.compute)
+    assert slow - plain == pytest.approx((r - 1.0) * routed, rel=1e-9)
+    # spread experts (moe_tp 1) are unchanged by the table folder
+    spread = dict(kw, moe_tp=1.0)
+    assert float(F.ffn_block(S, PREC, eff, 1e15, 1e30, silicon="h200_sxm", **spread)[0]) == pytest.approx(
+        float(F.ffn_block(S, PREC, eff, 1e15, 1e30, **spread)[0]), rel=1e-12)
+
+
+def test_validation_prices_tensor_split_runs_slower_than_the_plain_roofline():
+    """The validation passes each run's GPU folder: a run with tensor-split experts (moe_tp 8) is
+    predicted slower than with the folder removed; a spread run (moe_tp 1) is not changed."""
+    rows = V.load_rows()
+    ok = rows["skip_reason"] == ""
+    split = rows[ok & (rows["mode"] == "agg") & (rows["moe_tp_size"] == 8) & (rows["moe_ep_size"] == 1)
+                 & (rows["model"] == "DeepSeek-V3") & (rows["system"] == "h200_sxm")].head(1)
+    spread = rows[ok & (rows["mode"] == "agg") & (rows["moe_tp_size"] == 1) & (rows["moe_ep_size"] == 8)
+                  & (rows["model"] == "DeepSeek-V3")].head(1)
+    assert len(split) == 1 and len(spread) == 1
+    for one, slower in ((split, True), (spread, False)):
+        groups = V._prepare(one, 50e9)
+        with_t = V.predict(one, V.Calibration(), _groups=groups)["pred_tpot_ms"].iloc[0]
+        for G in groups:
+            G["dev"].pop("silicon")
+        without = V.predict(one, V.Calibration(), _groups=groups)["pred_tpot_ms"].iloc[0]
+        assert bool(with_t > without * 1.01) is slower
+        if not slower:
+            assert with_t == pytest.approx(without, rel=1e-12)

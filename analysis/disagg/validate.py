@@ -324,6 +324,9 @@ def _prepare(rows: pd.DataFrame, net_bw: float) -> list:
             "cap": np.array([hw["hbm_capacity"] for hw in hws]),
             "link": np.array([hw["nvlink_bandwidth"] / 2 for hw in hws]),
             "net": np.full(len(g), float(net_bw)),
+            # the AIConfigurator table folder of each run's GPU: tensor-split experts' measured slowdown
+            # (analysis.forward.moe_split_slowdown)
+            "silicon": np.array([SILICON[x] for x in g["system"]], dtype=object),
         }
         out.append(
             {
