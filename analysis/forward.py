@@ -428,7 +428,7 @@ def attention_block(
 
 
 def ffn_block(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, tokens, n, moe_tp=None,
-              silicon=None, backend: str = "roofline"):
+              split_slowdown=None, backend: str = "roofline"):
     """Time of all FFN blocks (dense and MoE layers) on one device when ``n`` devices share them
     (dense: tensor-split; MoE: experts spread over the ``n`` devices).
 
@@ -451,10 +451,10 @@ def ffn_block(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, tokens, n
     holds ``ceil(E / ep)`` expert slices, and the load-imbalance factor applies only where experts are
     spread (``ep > 1``): with ``ep = 1`` every device computes every expert's slice for all tokens.
     The roofline prices tensor-split and spread experts alike (the same FLOPs and expert bytes per
-    device); the measured kernels are slower split. With ``silicon`` (the AIConfigurator table folder
-    of each plan's GPU) the roofline's routed-expert FLOPs and bytes of a tensor-split run are scaled by
-    :func:`moe_split_slowdown`, the measured ratio of the split to the spread kernel at the same tokens
-    (AIConfigurator's MoE table; the measured backends read that table at ``moe_tp`` themselves)."""
+    device); the measured kernels are slower split. ``split_slowdown(s, tokens=, n=, moe_tp=)`` (a
+    device's, e.g. :func:`analysis.measured.moe_split_slowdown` bound to the plans' GPUs) gives per plan
+    how much slower; the roofline's routed-expert FLOPs and bytes of a tensor-split run are scaled by it
+    (roofline backend only: the measured backends read the MoE table at ``moe_tp`` themselves)."""
     wb, ab = prec.weight_bytes, prec.act_bytes
     t = 0.0
     if s.n_dense:
@@ -477,8 +477,8 @@ def ffn_block(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, tokens, n
         rest_f = 2.0 * tokens * s.n_shared * s.expert_params / n + 2.0 * tokens * s.h * E / n
         rest_b = s.n_shared * s.expert_params * wb + s.h * E * wb + tokens * s.h * ab * 2.0 / n
         slow = 1.0  # the tensor-split experts' measured slowdown against spread ones (roofline only)
-        if moe_tp is not None and silicon is not None and (backend or "roofline") == "roofline":
-            slow = moe_split_slowdown(s, prec, silicon, tokens=tokens, n=n, moe_tp=etp)
+        if moe_tp is not None and split_slowdown is not None and (backend or "roofline") == "roofline":
+            slow = split_slowdown(s, tokens=tokens, n=n, moe_tp=etp)
         f = 2.0 * tokens * k * s.expert_params * e_dev / E / etp * imb * slow + rest_f  # routed + rest
         b = touched * s.expert_params * wb / etp * slow + tokens * k * s.h * ab * 2.0 / n + rest_b
         op = Op("moe", {"tokens": tokens, "experts": e_dev, "n_experts": E, "k": k, "n_shared": s.n_shared,
@@ -599,36 +599,6 @@ def moe_split(n, moe_tp=None, moe_ep=None):
     return np.where(both, mt, np.where(from_ep, np.round(q), 1.0))
 
 
-def moe_split_dtype(weight_bytes):
-    """The MoE table's dtype family of expert weights of ``weight_bytes`` per element (vectorised):
-    'bf16' (2 bytes), 'fp8' (1), 'fp4' (below 1: NVFP4 and weight-only int4 read as FP4)."""
-    wb = np.asarray(weight_bytes, dtype=float)
-    return np.where(wb >= 2.0, "bf16", np.where(wb >= 1.0, "fp8", "fp4"))
-
-
-def moe_split_slowdown(s: Shape, prec: Precision, silicon, *, tokens, n, moe_tp):
-    """Per plan: how much slower tensor-split experts (``moe_tp`` ways on ``n`` devices) run than the
-    same experts spread over the ``n`` devices, from AIConfigurator's measured MoE table of the plan's
-    GPU (``silicon``: table folder per plan; :func:`analysis.measured.moe_split_ratio` at the plan's
-    tokens, the model's expert shape and its weights' dtype, :func:`moe_split_dtype`; a shape the table
-    lacks reads the nearest measured shape's ratio at the same tokens per expert, recorded in
-    :data:`analysis.measured.SPLIT_SUBSTITUTES`). 1 where ``moe_tp`` is 1."""
-    from . import measured  # measured imports this module
-
-    shp = np.broadcast_shapes(np.shape(silicon), np.shape(tokens), np.shape(n), np.shape(moe_tp),
-                              np.shape(prec.weight_bytes))
-    sil = np.broadcast_to(np.asarray(silicon, dtype=object), shp)
-    dt = np.broadcast_to(moe_split_dtype(prec.weight_bytes), shp)
-    tok, nn, mt = (np.broadcast_to(np.asarray(x, dtype=float), shp) for x in (tokens, n, moe_tp))
-    out = np.ones(shp)
-    for f, d in {(a, b) for a, b in zip(sil.ravel(), dt.ravel())}:
-        sel = (sil == f) & (dt == d) & (mt > 1)
-        if sel.any():
-            out[sel] = measured.moe_split_ratio(f, tok[sel], nn[sel], mt[sel], s.h, s.moe_inter, s.k_active,
-                                                s.n_experts, str(d))
-    return out
-
-
 def moe_gather_time(s: Shape, prec: Precision, eff: Efficiency, link, *, tokens, dp, moe_tp, ep=1.0, net=None,
                     domain=np.inf, backend: str = "roofline"):
     """Gather and scatter around tensor-split experts under attention data parallelism (per forward):
@@ -738,7 +708,7 @@ def forward_parts(
         backend=_backend(dev_attn),
     )
     tf = ffn_block(s, prec, eff, dev_ffn["flops"], dev_ffn["bw"], tokens=p["tokens"], n=n_ffn, moe_tp=moe_tp,
-                   silicon=dev_ffn.get("silicon"), backend=_backend(dev_ffn))
+                   split_slowdown=dev_ffn.get("moe_split_slowdown"), backend=_backend(dev_ffn))
     return ta, tf, p
 
 

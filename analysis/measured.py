@@ -890,3 +890,32 @@ def moe_split_ratio(folder: str, tokens, n, moe_tp, hidden, inter, topk, n_exper
         good = (ca == MEASURED) & (cb == MEASURED)
         out[sel] = np.where(good, a / np.where(good, b, 1.0), 1.0)
     return out
+
+
+def moe_split_dtype(weight_bytes):
+    """The MoE table's dtype family of expert weights of ``weight_bytes`` per element (vectorised):
+    'bf16' (2 bytes), 'fp8' (1), 'fp4' (below 1: NVFP4 and weight-only int4 read as FP4)."""
+    wb = np.asarray(weight_bytes, dtype=float)
+    return np.where(wb >= 2.0, "bf16", np.where(wb >= 1.0, "fp8", "fp4"))
+
+
+def moe_split_slowdown(s: forward.Shape, *, tokens, n, moe_tp, silicon, weight_bytes):
+    """Per plan: how much slower tensor-split experts (``moe_tp`` ways on ``n`` devices) run than the
+    same experts spread over the ``n`` devices, from AIConfigurator's measured MoE table of the plan's
+    GPU (``silicon``: table folder per plan; :func:`moe_split_ratio` at the plan's tokens, the model's
+    expert shape and its weights' dtype, :func:`moe_split_dtype` of ``weight_bytes``; a shape the table
+    lacks reads the nearest measured shape's ratio at the same tokens per expert, recorded in
+    :data:`SPLIT_SUBSTITUTES`). 1 where ``moe_tp`` is 1. Bound to the plans' GPUs
+    (``functools.partial``), it is :func:`analysis.forward.ffn_block`'s ``split_slowdown``."""
+    shp = np.broadcast_shapes(np.shape(silicon), np.shape(tokens), np.shape(n), np.shape(moe_tp),
+                              np.shape(weight_bytes))
+    sil = np.broadcast_to(np.asarray(silicon, dtype=object), shp)
+    dt = np.broadcast_to(moe_split_dtype(weight_bytes), shp)
+    tok, nn, mt = (np.broadcast_to(np.asarray(x, dtype=float), shp) for x in (tokens, n, moe_tp))
+    out = np.ones(shp)
+    for f, d in {(a, b) for a, b in zip(sil.ravel(), dt.ravel())}:
+        sel = (sil == f) & (dt == d) & (mt > 1)
+        if sel.any():
+            out[sel] = moe_split_ratio(f, tok[sel], nn[sel], mt[sel], s.h, s.moe_inter, s.k_active,
+                                       s.n_experts, str(d))
+    return out

@@ -3,6 +3,8 @@ tokens (issue 27 item 4): no all-to-all where attention is not data-parallel (ev
 token), the all-to-all among expert-parallel groups under attention data parallelism, a gather and
 reduce-scatter around tensor-split experts; tensor-split experts 1 / moe_tp as wide and without the
 load-imbalance factor. The validation passes each run's recorded split."""
+import functools
+
 import numpy as np
 import pytest
 
@@ -114,26 +116,27 @@ def test_split_ratio_of_an_unmeasured_shape_is_the_nearest_shapes_and_recorded()
 
 
 def test_tensor_split_experts_are_priced_at_the_measured_slowdown():
-    """Compute-bound: with the GPU's table folder, the routed FLOPs of tensor-split experts are scaled
+    """Compute-bound: with the GPU's measured slowdown, the routed FLOPs of tensor-split experts are scaled
     by the measured split/spread ratio (without it, the roofline prices the two layouts alike)."""
     from analysis import measured as M
 
     kw = dict(tokens=np.array([8192.0]), n=8.0, moe_tp=8.0)
     eff = Efficiency(moe_imbalance=1.0)
     plain = float(F.ffn_block(S, PREC, eff, 1e15, 1e30, **kw)[0])
-    slow = float(F.ffn_block(S, PREC, eff, 1e15, 1e30, silicon="h200_sxm", **kw)[0])
+    fn = functools.partial(M.moe_split_slowdown, silicon="h200_sxm", weight_bytes=PREC.weight_bytes)
+    slow = float(F.ffn_block(S, PREC, eff, 1e15, 1e30, split_slowdown=fn, **kw)[0])
     r = float(M.moe_split_ratio("h200_sxm", [8192.0], 8.0, 8.0, S.h, S.moe_inter, S.k_active, S.n_experts,
                                 "fp8")[0])
     routed = S.n_moe * 2.0 * 8192 * S.k_active * S.expert_params / 8 / (1e15 * eff.compute)
     assert slow - plain == pytest.approx((r - 1.0) * routed, rel=1e-9)
-    # spread experts (moe_tp 1) are unchanged by the table folder
+    # spread experts (moe_tp 1) are unchanged by it
     spread = dict(kw, moe_tp=1.0)
-    assert float(F.ffn_block(S, PREC, eff, 1e15, 1e30, silicon="h200_sxm", **spread)[0]) == pytest.approx(
+    assert float(F.ffn_block(S, PREC, eff, 1e15, 1e30, split_slowdown=fn, **spread)[0]) == pytest.approx(
         float(F.ffn_block(S, PREC, eff, 1e15, 1e30, **spread)[0]), rel=1e-12)
 
 
 def test_validation_prices_tensor_split_runs_slower_than_the_plain_roofline():
-    """The validation passes each run's GPU folder: a run with tensor-split experts (moe_tp 8) is
+    """The validation passes each run's GPU's measured slowdown: a run with tensor-split experts (moe_tp 8) is
     predicted slower than with the folder removed; a spread run (moe_tp 1) is not changed."""
     rows = V.load_rows()
     ok = rows["skip_reason"] == ""
@@ -146,7 +149,7 @@ def test_validation_prices_tensor_split_runs_slower_than_the_plain_roofline():
         groups = V._prepare(one, 50e9)
         with_t = V.predict(one, V.Calibration(), _groups=groups)["pred_tpot_ms"].iloc[0]
         for G in groups:
-            G["dev"].pop("silicon")
+            G["dev"].pop("moe_split_slowdown")
         without = V.predict(one, V.Calibration(), _groups=groups)["pred_tpot_ms"].iloc[0]
         assert bool(with_t > without * 1.01) is slower
         if not slower:

@@ -40,13 +40,14 @@ Rows whose model is not in ``data/models.csv`` or that lack the concurrency or p
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from .. import data, kv, specs
+from .. import data, kv, measured, specs
 from .. import forward as costs
 from ..forward import Efficiency, Precision
 
@@ -324,9 +325,11 @@ def _prepare(rows: pd.DataFrame, net_bw: float) -> list:
             "cap": np.array([hw["hbm_capacity"] for hw in hws]),
             "link": np.array([hw["nvlink_bandwidth"] / 2 for hw in hws]),
             "net": np.full(len(g), float(net_bw)),
-            # the AIConfigurator table folder of each run's GPU: tensor-split experts' measured slowdown
-            # (analysis.forward.moe_split_slowdown)
-            "silicon": np.array([SILICON[x] for x in g["system"]], dtype=object),
+            # tensor-split experts' measured slowdown on each run's GPU (AIConfigurator's MoE table of its
+            # silicon, the run's expert weight format; analysis.forward.ffn_block)
+            "moe_split_slowdown": functools.partial(
+                measured.moe_split_slowdown, weight_bytes=wb,
+                silicon=np.array([SILICON[x] for x in g["system"]], dtype=object)),
         }
         out.append(
             {
