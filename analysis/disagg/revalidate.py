@@ -253,3 +253,65 @@ def moe_split_kernel_values(setting: dict = MOE_SPLIT_KERNEL) -> dict:
             "ch3_reval_moe_tp_tokens": " and ".join(f"{t:,.0f}" for t in tok),
             "ch3_reval_moe_tp_setting": (f"{setting['model']}'s experts in {setting['dtype'].upper()} on "
                                          f"{setting['gpus']} GPUs ({gpus})")}
+
+
+def moe_split_source_values(rows: pd.DataFrame) -> dict:
+    """Where the validation's measured slowdown of tensor-split experts comes from
+    (:func:`analysis.measured.moe_split_slowdown`): of the predictable runs with experts split in some
+    stage (``moe_tp > 1``; PD runs count once), how many read their own model's expert shape in the MoE
+    table of their GPU, how many the nearest measured shape or another dtype's table, and how many none
+    (priced as the roofline: no shape holds both layouts at their GPU count)."""
+    ok = rows[rows["skip_reason"] == ""]
+    num = ok[list(V.NUMERIC)].apply(pd.to_numeric, errors="coerce")
+    rank = {"own": 0, "near": 1, "none": 2}
+    worst = pd.Series(-1, index=ok.index)
+    for pre in ("", "prefill_", "decode_"):
+        stage = (ok["mode"] == "agg") if pre == "" else (ok["mode"] != "agg")
+        tp, dp = V._deg(num, f"{pre}tp_size"), V._deg(num, f"{pre}attention_dp_size")
+        mt = pd.Series(V._moe_tp(num, tp, dp, pre), index=ok.index)
+        todo = pd.DataFrame({"system": ok["system"], "model": ok["model"], "q": ok["moe_quant_mode"],
+                             "mt": mt, "n": tp * dp})[stage & (mt > 1)]
+        for (sy, mo, q, m, n), idx in todo.groupby(["system", "model", "q", "mt", "n"]).groups.items():
+            s = shape(mo)
+            if not s.n_moe:
+                continue
+            dt = str(M.moe_split_dtype(costs_weight_bytes(q)))
+            key = (int(s.h), int(s.moe_inter), int(s.k_active), int(s.n_experts))
+            got = M._split_source(V.SILICON[sy], dt, key, int(round(m)), float(n), M.DEFAULT_FRAMEWORK)
+            own = got is not None and got[1] == key and got[0] in M.MOE_DTYPES[dt]
+            kind = "none" if got is None else "own" if own else "near"
+            worst.loc[idx] = np.maximum(worst.loc[idx], rank[kind])
+    c = worst[worst >= 0].map({v: k for k, v in rank.items()}).value_counts()
+    return {"ch3_reval_split_runs": f"{int((worst >= 0).sum()):,}",
+            "ch3_reval_split_own": f"{int(c.get('own', 0)):,}",
+            "ch3_reval_split_near": f"{int(c.get('near', 0)):,}",
+            "ch3_reval_split_none": f"{int(c.get('none', 0)):,}"}
+
+
+def costs_weight_bytes(quant: str) -> float:
+    """Bytes per weight of a run's quant mode (:data:`.validate.QUANT`)."""
+    from ..forward import WEIGHT_FORMATS
+
+    return WEIGHT_FORMATS[V.QUANT[quant]][0]
+
+
+def moe_split_effect_values(val: dict) -> dict:
+    """The measured slowdown of tensor-split experts at the fitted constants of ``val``
+    (:func:`.study.validation`): the median signed TPOT and TTFT error of the held-out MoE runs with
+    experts split in their (decode) stage, priced with it and without it (the roofline alone), and
+    where the slowdown comes from (:func:`moe_split_source_values`)."""
+    rows, cal = val["rows"], val["calibration"]
+    groups = V._prepare(rows, 50e9)
+    with_ = V.predict(rows, cal, _groups=groups)
+    for G in groups:
+        G["dev"].pop("moe_split_slowdown")
+    without = V.predict(rows, cal, _groups=groups)
+    moe = with_["model"].map(lambda m: isinstance(m, str) and shape(m).n_moe > 0)
+    mt = np.where(with_["mode"] == "agg", with_["moe_tp_size"], with_["decode_moe_tp_size"]).astype(float)
+    sel = (with_["skip_reason"] == "") & moe & (mt > 1) & (with_["split"] == "test")
+    out = {"ch3_reval_split_test_runs": f"{int(sel.sum()):,}"}
+    for m in ("tpot", "ttft"):
+        out[f"ch3_reval_split_{m}_with"] = f"{float(with_.loc[sel, f'err_{m}'].median()):+.0%}"
+        out[f"ch3_reval_split_{m}_without"] = f"{float(without.loc[sel, f'err_{m}'].median()):+.0%}"
+    out.update(moe_split_source_values(rows))
+    return out
