@@ -138,3 +138,31 @@ def test_moe_split_kernel_values_read_the_tables_at_both_splits():
     assert out["ch3_reval_moe_tp_ratio"] == f"{a / b:.1f}x" and a > b
     with pytest.raises(ValueError, match="lacks"):
         R.moe_split_kernel_values(dict(st, gpus=3))
+
+
+def test_moe_split_sources_name_own_nearest_and_missing_tables():
+    """Where each run's tensor-split slowdown is read: its own expert shape (DeepSeek-V3 FP8 split 8 ways
+    on an H200), the nearest measured shape (gpt-oss-120b, whose shape the H200 table lacks), none (a
+    GPU count the table does not hold); spread runs are not counted."""
+    import pandas as pd
+
+    from analysis.disagg import validate as V
+    rows = V.load_rows()
+    ok = (rows["skip_reason"] == "") & (rows["mode"] == "agg")
+
+    def one(**kw):
+        m = ok
+        for k, v in kw.items():
+            m = m & (rows[k] == v)
+        return rows[m].head(1)
+
+    own = one(model="DeepSeek-V3", system="h200_sxm", moe_tp_size=8)
+    near = one(model="gpt-oss-120b", system="h200_sxm", moe_tp_size=4)
+    spread = one(model="DeepSeek-V3", moe_tp_size=1, moe_ep_size=8)
+    assert len(own) == len(near) == len(spread) == 1
+    out = R.moe_split_source_values(pd.concat([own, near, spread]))
+    assert (out["ch3_reval_split_runs"], out["ch3_reval_split_own"], out["ch3_reval_split_near"],
+            out["ch3_reval_split_none"]) == ("2", "1", "1", "0")
+    # DeepSeek-R1 on a GB200 rack, experts split 48 ways: more GPUs than the B200 table measures
+    big = one(model="DeepSeek-R1", system="gb200", moe_tp_size=48)
+    assert len(big) == 1 and R.moe_split_source_values(big)["ch3_reval_split_none"] == "1"
