@@ -20,7 +20,7 @@ import pandas as pd
 
 from .. import claims, data
 from .. import measured as M
-from ..forward import LAYERWISE_OVERLAP, Efficiency, shape
+from ..forward import LAYERWISE_OVERLAP, WEIGHT_FORMATS, Efficiency, shape
 from . import production as P
 from . import search as S
 from . import validate as V
@@ -290,8 +290,6 @@ def moe_split_source_values(rows: pd.DataFrame) -> dict:
 
 def costs_weight_bytes(quant: str) -> float:
     """Bytes per weight of a run's quant mode (:data:`.validate.QUANT`)."""
-    from ..forward import WEIGHT_FORMATS
-
     return WEIGHT_FORMATS[V.QUANT[quant]][0]
 
 
