@@ -19,7 +19,9 @@ Per layer, for the tokens of one forward pass on one *instance* of ``n = tp * dp
   expert's weights are read once whatever its load);
 * communication: tensor-parallel all-reduce (two per layer), expert-parallel all-to-all (dispatch
   and combine per MoE layer; the busiest expert device moves the load-imbalance factor times the mean
-  traffic), each ``bytes / (link * link_eff) + latency``;
+  traffic), each ``bytes / (link * link_eff) + latency``; a run's recorded MoE split (``moe_tp``,
+  :func:`moe_split`) is priced as the engines move tokens instead (:func:`comm_time`: no all-to-all
+  without attention data parallelism; :func:`ffn_block`: tensor-split experts);
 * once per forward: LM head (and the embedding gather) and a fixed per-step overhead.
 
 Operators add up (no overlap between operators), except that micro-batches may overlap one's
@@ -425,7 +427,8 @@ def attention_block(
     return t
 
 
-def ffn_block(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, tokens, n, backend: str = "roofline"):
+def ffn_block(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, tokens, n, moe_tp=None,
+              split_slowdown=None, backend: str = "roofline"):
     """Time of all FFN blocks (dense and MoE layers) on one device when ``n`` devices share them
     (dense: tensor-split; MoE: experts spread over the ``n`` devices).
 
@@ -439,7 +442,19 @@ def ffn_block(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, tokens, n
     ``2 T h E / n``; bytes of its touched experts ``e (1 - (1 - k/E)^T) P_e w``, of the ``s``
     replicated shared experts ``s P_e w``, of the router's ``h E`` weights read once, and activations
     ``2 T (k + 1) h a / n`` (each token's row read and written once per routed expert and once more
-    for the router and shared path). With ``n = 1`` the touched experts are ``E (1 - (1 - k/E)^T)``."""
+    for the router and shared path). With ``n = 1`` the touched experts are ``E (1 - (1 - k/E)^T)``.
+
+    ``moe_tp`` (default ``None``: every expert whole, spread over the ``n`` devices) is the expert
+    tensor-parallel size of a recorded run (:func:`moe_split`): the ``n`` devices form ``ep = n /
+    moe_tp`` expert-parallel groups, each expert is split ``moe_tp`` ways (its GEMMs ``1 / moe_tp`` as
+    wide, as AIConfigurator's MoE operator and kernel tables take ``moe_tp_size``), the busiest device
+    holds ``ceil(E / ep)`` expert slices, and the load-imbalance factor applies only where experts are
+    spread (``ep > 1``): with ``ep = 1`` every device computes every expert's slice for all tokens.
+    The roofline prices tensor-split and spread experts alike (the same FLOPs and expert bytes per
+    device); the measured kernels are slower split. ``split_slowdown(s, tokens=, n=, moe_tp=)`` (a
+    device's, e.g. :func:`analysis.measured.moe_split_slowdown` bound to the plans' GPUs) gives per plan
+    how much slower; the roofline's routed-expert FLOPs and bytes of a tensor-split run are scaled by it
+    (roofline backend only: the measured backends read the MoE table at ``moe_tp`` themselves)."""
     wb, ab = prec.weight_bytes, prec.act_bytes
     t = 0.0
     if s.n_dense:
@@ -450,16 +465,25 @@ def ffn_block(s: Shape, prec: Precision, eff: Efficiency, peak, bw, *, tokens, n
         t = t + price(op, eff, backend, s.n_dense)
     if s.n_moe:
         E, k = s.n_experts, s.k_active
-        e_dev = experts_per_device(s, n)  # the device holding the most routed experts
+        if moe_tp is None:  # experts whole, spread over the n devices
+            ep, etp, imb = n, 1.0, eff.moe_imbalance
+        else:
+            etp = np.asarray(moe_tp, dtype=float)
+            ep = np.asarray(n, dtype=float) / etp
+            imb = np.where(ep > 1, eff.moe_imbalance, 1.0)
+        e_dev = experts_per_device(s, ep)  # the device holding the most routed experts (or slices)
         touched = e_dev * (1.0 - (1.0 - k / E) ** np.asarray(tokens, dtype=float))
         # the shared experts and the router (own tokens), which the measured MoE tables do not hold
         rest_f = 2.0 * tokens * s.n_shared * s.expert_params / n + 2.0 * tokens * s.h * E / n
         rest_b = s.n_shared * s.expert_params * wb + s.h * E * wb + tokens * s.h * ab * 2.0 / n
-        f = 2.0 * tokens * k * s.expert_params * e_dev / E * eff.moe_imbalance + rest_f  # routed + rest
-        b = touched * s.expert_params * wb + tokens * k * s.h * ab * 2.0 / n + rest_b
+        slow = 1.0  # the tensor-split experts' measured slowdown against spread ones (roofline only)
+        if moe_tp is not None and split_slowdown is not None and (backend or "roofline") == "roofline":
+            slow = split_slowdown(s, tokens=tokens, n=n, moe_tp=etp)
+        f = 2.0 * tokens * k * s.expert_params * e_dev / E / etp * imb * slow + rest_f  # routed + rest
+        b = touched * s.expert_params * wb / etp * slow + tokens * k * s.h * ab * 2.0 / n + rest_b
         op = Op("moe", {"tokens": tokens, "experts": e_dev, "n_experts": E, "k": k, "n_shared": s.n_shared,
-                        "expert_params": s.expert_params, "n": n, "hidden": s.h, "inter": s.moe_inter,
-                        "gated": s.moe_gated, "imbalance": eff.moe_imbalance, "rest_flops": rest_f,
+                        "expert_params": s.expert_params, "n": ep, "hidden": s.h, "inter": s.moe_inter,
+                        "moe_tp": etp, "gated": s.moe_gated, "imbalance": imb, "rest_flops": rest_f,
                         "rest_bytes": rest_b}, f, b, peak, bw, dtype=prec.compute)
         t = t + price(op, eff, backend, s.n_moe)
     return t
@@ -506,6 +530,7 @@ def comm_time(
     cp_tokens=0.0,
     net=None,
     domain=np.inf,
+    moe_tp=None,
     backend: str = "roofline",
 ):
     """Intra-instance communication per forward: two TP all-reduces per layer (ring: each device
@@ -513,12 +538,35 @@ def comm_time(
     ``n = tp*dp > 1``, an all-to-all dispatch + combine per MoE layer (each token's activation to the
     distinct devices of its ``k`` experts; the ``(n-1)/n`` that leaves the device is sent
     hierarchically: :func:`hierarchical_time` with the scale-out bandwidth ``net`` and the
-    ``domain`` size; the defaults keep every device on the scale-up link)."""
+    ``domain`` size; the defaults keep every device on the scale-up link).
+
+    ``moe_tp`` (default ``None``: the all-to-all above, every expert whole on one of the ``n``
+    devices) prices a recorded MoE split (:func:`moe_split`: ``ep = n / moe_tp`` expert-parallel
+    groups of ``moe_tp`` devices that split each expert) as the serving engines move the tokens
+    (AIConfigurator's ``MoEDispatch``, the convention its runs were priced by): with attention data
+    parallelism ``dp = 1`` every device already holds every token after the attention all-reduce, so
+    the experts (split or spread) need no dispatch and their partial outputs are summed by the layer's
+    second all-reduce (nothing beyond the two per layer); with ``dp > 1`` an expert-parallel split
+    (``ep > 1``) dispatches and combines by the all-to-all among the ``ep`` groups (``n`` replaced by
+    ``ep`` above), and a tensor split gathers the other data-parallel ranks' rows inside each group
+    before the experts and reduce-scatters them after (:func:`moe_gather_time`)."""
     n = tp * dp
     ab = prec.act_bytes
     tok = tokens / dp
     t = allreduce_time(s, prec, eff, link, tokens=tok, n=tp, per_layer=2, backend=backend)
-    if s.n_moe:
+    if s.n_moe and moe_tp is not None:
+        etp = np.asarray(moe_tp, dtype=float)
+        ep = n / etp
+        out = 2.0 * tok * distinct_destinations(s, ep) * s.h * ab * (ep - 1) / ep * eff.moe_imbalance
+        a2a = hierarchical_time(out, n, link, net, domain, eff) + 2 * eff.collective_latency_s
+        a2a = np.where((dp > 1) & (ep > 1), a2a, 0.0)
+        t = t + price(Op("alltoall", {"bytes": out, "n": ep, "tokens": tok, "hidden": s.h, "k": s.k_active,
+                                      "n_experts": s.n_experts, "imbalance": eff.moe_imbalance,
+                                      "domain": domain, "act_bytes": ab},
+                         bytes_=out, wire_s=a2a), eff, backend, s.n_moe)
+        t = t + moe_gather_time(s, prec, eff, link, tokens=tokens, dp=dp, moe_tp=etp, ep=ep, net=net,
+                                domain=domain, backend=backend)
+    elif s.n_moe:
         # the busiest expert device receives (dispatch) and sends back (combine) moe_imbalance times the
         # mean traffic, and the collective ends when it does
         out = 2.0 * tok * distinct_destinations(s, n) * s.h * ab * (n - 1) / n * eff.moe_imbalance
@@ -534,6 +582,42 @@ def comm_time(
         x = np.where(dp > 1, by / (link * eff.link) + eff.collective_latency_s, 0.0)
         t = t + price(Op("p2p", {"bytes": by, "n": dp}, bytes_=by, wire_s=x), eff, backend, s.n_layers)
     return t + cp_time(s, prec, eff, link, cp_tokens=cp_tokens, dp=dp, backend=backend)
+
+
+def moe_split(n, moe_tp=None, moe_ep=None):
+    """The expert tensor-parallel size of an instance of ``n = tp * dp`` devices from a run's recorded
+    ``moe_tp_size`` / ``moe_ep_size`` (AIConfigurator's fields; ``tp * dp = moe_tp * moe_ep`` in its
+    configurations): ``moe_tp`` where the two multiply to ``n``, else ``n / moe_ep`` where ``moe_ep``
+    divides ``n``, else 1 (every expert whole, spread over the ``n`` devices: the default split).
+    Missing values are NaN; vectorised."""
+    n = np.asarray(n, dtype=float)
+    mt = np.asarray(moe_tp if moe_tp is not None else np.nan, dtype=float)
+    me = np.asarray(moe_ep if moe_ep is not None else np.nan, dtype=float)
+    both = np.isfinite(mt) & np.isfinite(me) & (mt >= 1) & (np.abs(mt * me - n) < 1e-9)
+    q = np.divide(n, me, out=np.full(np.broadcast_shapes(n.shape, me.shape), np.nan), where=me >= 1)
+    from_ep = np.isfinite(q) & (np.abs(q - np.round(q)) < 1e-9) & (q >= 1)
+    return np.where(both, mt, np.where(from_ep, np.round(q), 1.0))
+
+
+def moe_gather_time(s: Shape, prec: Precision, eff: Efficiency, link, *, tokens, dp, moe_tp, ep=1.0, net=None,
+                    domain=np.inf, backend: str = "roofline"):
+    """Gather and scatter around tensor-split experts under attention data parallelism (per forward):
+    before each MoE layer a device of an expert tensor-parallel group of ``moe_tp`` devices receives
+    the rows its peers hold that it lacks, after it reduce-scatters their partial outputs back
+    (AIConfigurator's ``all_gather`` / ``reduce_scatter`` of ``dp`` times the layer's activations).
+    Peers hold different rows only across data-parallel ranks, so a device receives ``min(moe_tp, dp)
+    - 1`` times the rows it holds for its group: its ``tokens / dp`` rows, times the distinct
+    expert-parallel groups they go to where ``ep > 1`` (:func:`distinct_destinations`); twice (gather
+    and scatter) over the scale-up link (:func:`hierarchical_time` across ``domain``) plus two
+    collective latencies; 0 without data parallelism or without a tensor split."""
+    dp = np.asarray(dp, dtype=float)
+    etp = np.asarray(moe_tp, dtype=float)
+    peers = np.minimum(etp, dp) - 1.0
+    rows = tokens / dp * distinct_destinations(s, ep) * peers
+    by = 2.0 * rows * s.h * prec.act_bytes
+    x = np.where(peers > 0, hierarchical_time(by, etp, link, net, domain, eff)
+                 + 2 * eff.collective_latency_s, 0.0)
+    return price(Op("p2p", {"bytes": by, "n": etp}, bytes_=by, wire_s=x), eff, backend, s.n_moe)
 
 
 def allreduce_time(s: Shape, prec: Precision, eff: Efficiency, link, *, tokens, n, per_layer=2,
@@ -594,10 +678,12 @@ def pass_inputs(s: Shape, *, dec_seqs=0.0, dec_ctx=0.0, pre_seqs=0.0, pre_len=0.
 
 
 def forward_parts(
-    s: Shape, prec: Precision, eff: Efficiency, dev_attn: dict, dev_ffn: dict, *, tp, dp, n_ffn, **pass_kw
+    s: Shape, prec: Precision, eff: Efficiency, dev_attn: dict, dev_ffn: dict, *, tp, dp, n_ffn, moe_tp=None,
+    **pass_kw
 ):
     """Per-forward times of the parts: attention side (attention blocks + LM head + overheads),
-    FFN side (FFN blocks) and the intra-instance communication (of the attention side)."""
+    FFN side (FFN blocks; ``moe_tp``: a recorded expert tensor-parallel size, :func:`ffn_block`) and
+    the intra-instance communication (of the attention side)."""
     p = pass_inputs(s, **pass_kw)
     ta = attention_block(
         s,
@@ -621,15 +707,18 @@ def forward_parts(
         s, prec, eff, dev_attn["flops"], dev_attn["bw"], seqs=p["seqs"], tokens=p["tokens"], n=tp * dp,
         backend=_backend(dev_attn),
     )
-    tf = ffn_block(s, prec, eff, dev_ffn["flops"], dev_ffn["bw"], tokens=p["tokens"], n=n_ffn,
-                   backend=_backend(dev_ffn))
+    tf = ffn_block(s, prec, eff, dev_ffn["flops"], dev_ffn["bw"], tokens=p["tokens"], n=n_ffn, moe_tp=moe_tp,
+                   split_slowdown=dev_ffn.get("moe_split_slowdown"), backend=_backend(dev_ffn))
     return ta, tf, p
 
 
 def colocated_pass_time(
-    s: Shape, prec: Precision, eff: Efficiency, dev: dict, *, tp, dp=1, microbatches=1, **pass_kw
+    s: Shape, prec: Precision, eff: Efficiency, dev: dict, *, tp, dp=1, microbatches=1, moe_tp=None, **pass_kw
 ):
     """Time of one forward pass on an instance of ``tp * dp`` devices holding attention and FFN.
+    ``moe_tp``: the expert tensor-parallel size a recorded run used (:func:`moe_split`; default: every
+    expert whole, spread over the devices, dispatched by all-to-all), priced by :func:`ffn_block`
+    and :func:`comm_time`.
 
     ``microbatches`` ``m > 1`` splits the pass's sequences into ``m`` micro-batches whose
     communication overlaps the other micro-batches' computation (DeepSeek's two-micro-batch
@@ -644,7 +733,7 @@ def colocated_pass_time(
             k: (np.asarray(v, dtype=float) / m if k in ("dec_seqs", "pre_seqs") else v)
             for k, v in pass_kw.items()
         }
-    ta, tf, p = forward_parts(s, prec, eff, dev, dev, tp=tp, dp=dp, n_ffn=tp * dp, **pass_kw)
+    ta, tf, p = forward_parts(s, prec, eff, dev, dev, tp=tp, dp=dp, n_ffn=tp * dp, moe_tp=moe_tp, **pass_kw)
     cp = np.where(np.asarray(pass_kw.get("pre_seqs", 0.0)) < dp, p["cp_tokens"], 0.0)
     tc = comm_time(
         s,
@@ -657,6 +746,7 @@ def colocated_pass_time(
         cp_tokens=cp,
         net=dev.get("net"),
         domain=dev.get("domain", np.inf),
+        moe_tp=moe_tp,
         backend=_backend(dev),
     )
     c = ta + tf

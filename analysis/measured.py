@@ -551,7 +551,7 @@ def attention_seconds(folder: str, batch, tokens, kv_tokens, heads, kv_heads, he
 
 
 def moe_seconds(folder: str, tokens, ep, hidden, inter, topk, n_experts, dtype: str = "bf16",
-                imbalance=1.0, framework: str = DEFAULT_FRAMEWORK):
+                imbalance=1.0, framework: str = DEFAULT_FRAMEWORK, moe_tp=1):
     """Measured seconds of one MoE layer's routed experts on the busiest GPU of an expert-parallel
     group of ``ep`` GPUs (one expert-parallel rank per GPU, no expert tensor parallelism) for
     ``tokens`` tokens entering the layer across the group, and the reason code of each plan.
@@ -565,18 +565,24 @@ def moe_seconds(folder: str, tokens, ep, hidden, inter, topk, n_experts, dtype: 
     :data:`WIDE_EP_MIN` on, SGLang's wide-EP generation table (DeepEP + DeepGEMM, uniform routing) is
     read instead where it holds the shape and the point (H100/H200: DeepSeek-V3's shape in block FP8):
     at EP 128 and 16k tokens it measures about a third of TensorRT-LLM's fused-MoE latency, whose
-    ranks each handle the global token set."""
+    ranks each handle the global token set. ``moe_tp`` (a recorded run's expert tensor-parallel size,
+    :func:`analysis.forward.moe_split`) reads the table's rows at that ``moe_tp_size`` (the table
+    measures tensor-split experts without expert parallelism; a split it did not measure is code 9)."""
     tok = np.asarray(tokens, dtype=float) * np.asarray(imbalance, dtype=float)
     ep = np.asarray(ep, dtype=float)
-    shape = np.broadcast_shapes(tok.shape, ep.shape)
+    etp = np.asarray(moe_tp, dtype=float)
+    shape = np.broadcast_shapes(tok.shape, ep.shape, etp.shape)
     sec, code = np.full(shape, np.nan), np.full(shape, 9, dtype=np.int8)
     t = merged_table(folder, "moe", framework)
-    for dt in MOE_DTYPES.get(dtype, (dtype,)):
-        g = t.grid((dt, int(hidden), int(inter), int(topk), int(n_experts), MOE_DISTRIBUTION, 1))
-        if g is not None:
-            sec, code = (np.array(np.broadcast_to(x, shape)) for x in interpolate(g, (tok, ep)))
-            break
-    wide = ep >= WIDE_EP_MIN
+    tok_b, ep_b, etp_b = (np.broadcast_to(x, shape) for x in (tok, ep, etp))
+    for mt in np.unique(etp_b):
+        sel = etp_b == mt
+        for dt in MOE_DTYPES.get(dtype, (dtype,)):
+            g = t.grid((dt, int(hidden), int(inter), int(topk), int(n_experts), MOE_DISTRIBUTION, int(mt)))
+            if g is not None:
+                sec[sel], code[sel] = interpolate(g, (tok_b[sel], ep_b[sel]))
+                break
+    wide = (ep_b >= WIDE_EP_MIN) & (etp_b == 1)
     if np.any(wide) and _has_wideep(folder):
         tw = merged_table(folder, "moe_wideep", DEEPEP_FRAMEWORK)
         for dt in MOE_DTYPES.get(dtype, (dtype,)):
@@ -929,8 +935,10 @@ def _price_moe(device, folder, framework, op, eff, roof, detail):
     sh = op.shape
     args = (sh["hidden"], sh["inter"], sh["k"], sh["n_experts"])
     imb = sh.get("imbalance", 1.0)
-    sec, code = moe_seconds(folder, sh["tokens"], sh["n"], *args, op.dtype, imb, framework)
-    shp = np.broadcast_shapes(np.shape(sec), np.shape(sh["tokens"]), np.shape(sh["experts"]), np.shape(imb))
+    etp = sh.get("moe_tp", 1.0)
+    sec, code = moe_seconds(folder, sh["tokens"], sh["n"], *args, op.dtype, imb, framework, moe_tp=etp)
+    shp = np.broadcast_shapes(np.shape(sec), np.shape(sh["tokens"]), np.shape(sh["experts"]), np.shape(imb),
+                              np.shape(etp))
     sec, code = (np.array(np.broadcast_to(x, shp)) for x in (sec, code))
     miss = code != MEASURED
     if miss.any() and np.size(op.peak) == 1 and np.size(op.bw) == 1:
@@ -942,10 +950,11 @@ def _price_moe(device, folder, framework, op, eff, roof, detail):
         miss = (code != MEASURED) & (code != TRANSFERRED)
     if miss.any():  # beyond every measured shape's tokens or EP sizes: per-expert GEMMs, those plans only
         sub = [np.broadcast_to(np.asarray(x, dtype=float), shp)[miss]
-               for x in (sh["tokens"], sh["experts"], imb)]
+               for x in (sh["tokens"], sh["experts"], imb, etp)]
+        # tensor-split experts: each slice's GEMMs are 1 / moe_tp as wide (the intermediate dimension)
         sec[miss], code[miss] = expert_gemm_seconds(folder, sub[0], sub[1], sh["n_experts"], sh["k"],
-                                                    *args[:2], sh.get("gated", True), op.dtype, sub[2],
-                                                    framework)
+                                                    args[0], args[1] / sub[3], sh.get("gated", True),
+                                                    op.dtype, sub[2], framework)
     rest = np.maximum(sh["rest_flops"] / (op.peak * eff.compute), sh["rest_bytes"] / (op.bw * eff.bandwidth))
     sec, code, roof, rest = np.broadcast_arrays(sec, code, roof, rest)
     ok = code == MEASURED
@@ -983,3 +992,130 @@ def device(name: str, prec: forward.Precision = forward.Precision(),
 
 for _d in DEVICE_TABLES:
     backend_name(_d)
+
+
+# ------------------------------------------------------------------- tensor-split experts (issue 27 item 4)
+
+# where the MoE table lacks a model's expert shape, the tensor-split ratio of the nearest measured shape
+# (same dtype, the split and the spread layout both measured) at the same routed tokens per expert is used:
+# every read is recorded here, (folder, dtype, shape, moe_tp, n) -> the (table dtype, shape) used or None
+SPLIT_SUBSTITUTES: dict = {}
+
+
+def _split_grids(t: Table, dt: str, key: tuple, mt: int, n: float):
+    """The (tensor-split, spread) grids of ``key`` = (hidden, inter, topk, n_experts) when the table
+    holds ``moe_tp = mt`` at ``ep = n / mt`` and ``moe_tp = 1`` at ``ep = n``, else None."""
+    a = t.grid((dt, *key, MOE_DISTRIBUTION, int(mt)))
+    b = t.grid((dt, *key, MOE_DISTRIBUTION, 1))
+    if a is None or b is None:
+        return None
+    ok = lambda g, ep: g.axes[1][0] - 1e-9 <= np.log(ep) <= g.axes[1][-1] + 1e-9  # noqa: E731
+    return (a, b) if ok(a, n / mt) and ok(b, n) else None
+
+
+@functools.lru_cache(maxsize=None)
+def _split_source(folder: str, dtype: str, key: tuple, mt: int, n: float, framework: str):
+    """(moe dtype, shape key, the tensor-split and spread grids) of ``key`` or, where the table lacks
+    it, of the nearest measured shape (smallest sum of |log| ratios of hidden, inter and experts per
+    routed slot ``n_experts / topk``), of the dtype, else of the other dtypes in :data:`SPLIT_DTYPE_ORDER`
+    (FP4 on Hopper, which has no FP4 table); None where no shape holds both layouts at ``n`` GPUs."""
+    t = merged_table(folder, "moe", framework)
+    for dt in MOE_DTYPES.get(dtype, (dtype,)):
+        g = _split_grids(t, dt, key, mt, n)
+        if g is not None:
+            return dt, key, g
+    for fam in (dtype, *(d for d in SPLIT_DTYPE_ORDER if d != dtype)):
+        best = _nearest_split(t, MOE_DTYPES.get(fam, (fam,)), key, mt, n)
+        if best is not None:
+            return best
+    return None
+
+
+# the dtype families tried, in order, where a run's own has no shape measured in both layouts
+SPLIT_DTYPE_ORDER = ("fp8", "bf16", "fp4")
+
+
+def _nearest_split(t: Table, dtypes, key: tuple, mt: int, n: float):
+    """The (dtype, shape, grids) of the shape of ``dtypes`` nearest to ``key`` holding both layouts."""
+    h, inter, k, E = key
+    best, dist = None, np.inf
+    for dt in dtypes:
+        for kk in t.grids:
+            if kk[0] != dt or kk[5] != MOE_DISTRIBUTION or kk[6] != 1:
+                continue
+            g = _split_grids(t, dt, kk[1:5], mt, n)
+            if g is None:
+                continue
+            d = (abs(np.log(kk[1] / h)) + abs(np.log(kk[2] / inter))
+                 + abs(np.log((kk[4] / kk[3]) / (E / k))))
+            if d < dist:
+                best, dist = (dt, kk[1:5], g), d
+    return best
+
+
+def moe_split_ratio(folder: str, tokens, n, moe_tp, hidden, inter, topk, n_experts, dtype: str = "bf16",
+                    framework: str = DEFAULT_FRAMEWORK):
+    """How much slower AIConfigurator's measured MoE kernel runs the routed experts of ``tokens``
+    tokens on ``n`` GPUs with the experts tensor-split ``moe_tp`` ways (``moe_ep = n / moe_tp``
+    expert-parallel groups) than spread over the ``n`` GPUs (``moe_tp = 1``, ``moe_ep = n``), both
+    with balanced routing: ``moe_seconds(moe_tp, ep) / moe_seconds(1, n)`` of the table of ``folder``
+    (``framework``'s, merged over versions). The roofline prices the two layouts alike (the same FLOPs
+    and expert bytes per GPU); this ratio is the tensor-split GEMMs' lower efficiency the measured
+    kernels show (DeepSeek-V3 FP8 on 8 GPUs: 1.4x-3.9x,
+    :func:`analysis.disagg.revalidate.moe_split_kernel_values`).
+
+    Where the table lacks the shape (or either layout at these GPU counts) the nearest measured shape's
+    ratio (:func:`_split_source`) is read at the same routed tokens per expert (``tokens * topk /
+    n_experts``), recorded in :data:`SPLIT_SUBSTITUTES`; token counts outside a grid's range are read at
+    its nearest end. 1 where ``moe_tp <= 1``, and where no shape of the dtype holds both layouts (also
+    recorded, as None). Vectorised over ``tokens``, ``n`` and ``moe_tp``."""
+    tok, n_, mt_ = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (tokens, n, moe_tp)))
+    out = np.ones(tok.shape)
+    key = (int(hidden), int(inter), int(topk), int(n_experts))
+    split = mt_ > 1
+    for nn, mt in {(float(a), float(b)) for a, b in zip(n_[split], mt_[split])}:
+        sel = split & (n_ == nn) & (mt_ == mt)
+        src = _split_source(folder, dtype, key, int(round(mt)), nn, framework)
+        # recorded: the (moe dtype, shape) whose ratio is used, None where none holds both layouts
+        SPLIT_SUBSTITUTES[(folder, dtype, key, mt, nn)] = None if src is None else (src[0], src[1])
+        if src is None:
+            continue
+        _, kk, (ga, gb) = src
+        t = tok[sel] * (topk / n_experts) / (kk[2] / kk[3])  # the same routed tokens per expert
+        lo, hi = np.exp(ga.axes[0][0]), np.exp(ga.axes[0][-1])
+        lo, hi = max(lo, np.exp(gb.axes[0][0])), min(hi, np.exp(gb.axes[0][-1]))
+        t = np.clip(t, lo, hi)
+        a, ca = interpolate(ga, (t, np.full_like(t, nn / mt)))
+        b, cb = interpolate(gb, (t, np.full_like(t, nn)))
+        good = (ca == MEASURED) & (cb == MEASURED)
+        out[sel] = np.where(good, a / np.where(good, b, 1.0), 1.0)
+    return out
+
+
+def moe_split_dtype(weight_bytes):
+    """The MoE table's dtype family of expert weights of ``weight_bytes`` per element (vectorised):
+    'bf16' (2 bytes), 'fp8' (1), 'fp4' (below 1: NVFP4 and weight-only int4 read as FP4)."""
+    wb = np.asarray(weight_bytes, dtype=float)
+    return np.where(wb >= 2.0, "bf16", np.where(wb >= 1.0, "fp8", "fp4"))
+
+
+def moe_split_slowdown(s: forward.Shape, *, tokens, n, moe_tp, silicon, weight_bytes):
+    """Per plan: how much slower tensor-split experts (``moe_tp`` ways on ``n`` devices) run than the
+    same experts spread over the ``n`` devices, from AIConfigurator's measured MoE table of the plan's
+    GPU (``silicon``: table folder per plan; :func:`moe_split_ratio` at the plan's tokens, the model's
+    expert shape and its weights' dtype, :func:`moe_split_dtype` of ``weight_bytes``; a shape the table
+    lacks reads the nearest measured shape's ratio at the same tokens per expert, recorded in
+    :data:`SPLIT_SUBSTITUTES`). 1 where ``moe_tp`` is 1. Bound to the plans' GPUs
+    (``functools.partial``), it is :func:`analysis.forward.ffn_block`'s ``split_slowdown``."""
+    shp = np.broadcast_shapes(np.shape(silicon), np.shape(tokens), np.shape(n), np.shape(moe_tp),
+                              np.shape(weight_bytes))
+    sil = np.broadcast_to(np.asarray(silicon, dtype=object), shp)
+    dt = np.broadcast_to(moe_split_dtype(weight_bytes), shp)
+    tok, nn, mt = (np.broadcast_to(np.asarray(x, dtype=float), shp) for x in (tokens, n, moe_tp))
+    out = np.ones(shp)
+    for f, d in {(a, b) for a, b in zip(sil.ravel(), dt.ravel())}:
+        sel = (sil == f) & (dt == d) & (mt > 1)
+        if sel.any():
+            out[sel] = moe_split_ratio(f, tok[sel], nn[sel], mt[sel], s.h, s.moe_inter, s.k_active,
+                                       s.n_experts, str(d))
+    return out

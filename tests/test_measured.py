@@ -192,13 +192,18 @@ def test_a_missing_or_corrupt_table_is_an_error_naming_the_file(tmp_path):
 def test_only_chapter_3_uses_the_measured_backend():
     """Chapter 3 prices claims (a)-(c) with the measured backend (issue 27 item 5: its ratio sweep,
     PD-gain sweeps and ablation with ``backend="measured"``); every other chapter keeps the roofline.
-    The modules that import this one are the production cells' (``decode_throughput(backend=...)``)
-    and the chapter's experiments (``study.measured_hardware``) and page functions (``chapter``: the
-    leave-one-shape-out check of the MoE fallback); a chapter that adopts it updates this test."""
+    The modules that import this one are the production cells' (``decode_throughput(backend=...)``),
+    the chapter's experiments (``study.measured_hardware``) and page functions (``chapter``: the
+    leave-one-shape-out check of the MoE fallback), the revalidation's reading of the MoE table at two
+    expert splits (``revalidate.moe_split_kernel_values``, a stated comparison, no plan priced by it)
+    and the validation's (``validate``: the measured slowdown of tensor-split experts,
+    ``measured.moe_split_slowdown``, scales the roofline's routed experts of those runs; no operator is
+    priced by the backend); a chapter that adopts it updates this test."""
     from tests.test_layers import graph
 
     users = sorted(m for m, targets in graph().items() if "analysis.measured" in targets)
-    assert users == ["analysis.disagg.chapter", "analysis.disagg.production", "analysis.disagg.study"]
+    assert users == ["analysis.disagg.chapter", "analysis.disagg.production", "analysis.disagg.revalidate",
+                     "analysis.disagg.study", "analysis.disagg.validate"]
     pages = sorted((Path(__file__).resolve().parent.parent / "book").glob("*.md"))
     # an import of the backend, its device helper, or a backend argument naming it (not the word
     # 'measured' as such: chapter 5 keeps chapter 4's measurements under the key "measured")

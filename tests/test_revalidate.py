@@ -110,9 +110,59 @@ def test_pd_ttft_values_count_the_slow_runs_and_price_the_kv_overlap():
     slow = t["silicon_ttft_ms"] > R.SLOW_SHARE * (t["osl"] - 1) * t["silicon_tpot_ms"]
     assert 0 < slow.sum() < len(t)
     assert out["ch3_reval_pd_slow"] == f"{int(slow.sum()):,} of {len(t):,}"
+    # one decode rank (one worker, no attention DP) against several: the two counts add up to the slow runs
+    one_n = [int(x.replace(",", "")) for x in out["ch3_reval_pd_one_rank_slow"].split(" of ")]
+    many_n = [int(x.replace(",", "")) for x in out["ch3_reval_pd_many_rank_slow"].split(" of ")]
+    assert one_n[0] + many_n[0] == int(slow.sum()) and one_n[1] + many_n[1] == len(t) and one_n[1] > 0
     assert out["ch3_reval_pd_ttft_median"] == f"{t['err_ttft'].abs().median():.0%}"
     assert out["ch3_reval_pd_ttft_target"] == "25%"
     serial = R._pd_held_out(V.predict(rows, cal, kv_overlap=0.0))
     assert (serial["pred_ttft_ms"] >= t["pred_ttft_ms"] - 1e-9).all()
     assert (serial["pred_ttft_ms"] > t["pred_ttft_ms"]).any()
     assert float(out["ch3_reval_pd_kv00_shift"].rstrip("%")) > 0
+
+
+def test_moe_split_kernel_values_read_the_tables_at_both_splits():
+    """The ratio of the measured MoE kernel with tensor-split experts to spread experts, from the two
+    table reads (not a stored number); an unmeasured shape is an error naming the table."""
+    import numpy as np
+
+    from analysis import forward as F
+    from analysis import measured as M
+    st = dict(R.MOE_SPLIT_KERNEL, devices=("h200_sxm",), tokens=(8192.0,))
+    out = R.moe_split_kernel_values(st)
+    s = F.shape("DeepSeek-V3")
+    args = (s.h, s.moe_inter, s.k_active, s.n_experts, "fp8", 1.0)
+    a = M.moe_seconds("h200_sxm", np.array([8192.0]), np.array([1.0]), *args, moe_tp=8.0)[0][0]
+    b = M.moe_seconds("h200_sxm", np.array([8192.0]), np.array([8.0]), *args, moe_tp=1.0)[0][0]
+    assert out["ch3_reval_moe_tp_ratio"] == f"{a / b:.1f}x" and a > b
+    with pytest.raises(ValueError, match="lacks"):
+        R.moe_split_kernel_values(dict(st, gpus=3))
+
+
+def test_moe_split_sources_name_own_nearest_and_missing_tables():
+    """Where each run's tensor-split slowdown is read: its own expert shape (DeepSeek-V3 FP8 split 8 ways
+    on an H200), the nearest measured shape (gpt-oss-120b, whose shape the H200 table lacks), none (a
+    GPU count the table does not hold); spread runs are not counted."""
+    import pandas as pd
+
+    from analysis.disagg import validate as V
+    rows = V.load_rows()
+    ok = (rows["skip_reason"] == "") & (rows["mode"] == "agg")
+
+    def one(**kw):
+        m = ok
+        for k, v in kw.items():
+            m = m & (rows[k] == v)
+        return rows[m].head(1)
+
+    own = one(model="DeepSeek-V3", system="h200_sxm", moe_tp_size=8)
+    near = one(model="gpt-oss-120b", system="h200_sxm", moe_tp_size=4)
+    spread = one(model="DeepSeek-V3", moe_tp_size=1, moe_ep_size=8)
+    assert len(own) == len(near) == len(spread) == 1
+    out = R.moe_split_source_values(pd.concat([own, near, spread]))
+    assert (out["ch3_reval_split_runs"], out["ch3_reval_split_own"], out["ch3_reval_split_near"],
+            out["ch3_reval_split_none"]) == ("2", "1", "1", "0")
+    # DeepSeek-R1 on a GB200 rack, experts split 48 ways: more GPUs than the B200 table measures
+    big = one(model="DeepSeek-R1", system="gb200", moe_tp_size=48)
+    assert len(big) == 1 and R.moe_split_source_values(big)["ch3_reval_split_none"] == "1"

@@ -15,10 +15,12 @@ words the table for the chapter; ``benchmarks/revalidate_production.py`` prints 
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from .. import claims, data
-from ..forward import LAYERWISE_OVERLAP, Efficiency
+from .. import measured as M
+from ..forward import LAYERWISE_OVERLAP, WEIGHT_FORMATS, Efficiency, shape
 from . import production as P
 from . import search as S
 from . import validate as V
@@ -180,7 +182,8 @@ def pd_ttft_values(val: dict) -> dict:
     :func:`.study.validation`): the median error against :data:`PD_TTFT_TARGET`, the calibrated
     constants at a bound (:func:`.validate.at_bounds`), the runs whose measured TTFT exceeds
     :data:`SLOW_SHARE` of their own decode cycle (count, median error, the configurations that show
-    both regimes at different concurrencies and the median error without those runs), and the size of
+    both regimes at different concurrencies, how many of the runs with one decode rank and with several
+    are slow, and the median error without those runs), and the size of
     the assumed perfect layer-wise overlap of the KV transfer (the median error at the overlaps
     :data:`KV_OVERLAPS`)."""
     t = _pd_held_out(val["pred"])
@@ -200,6 +203,12 @@ def pd_ttft_values(val: dict) -> dict:
     under = float((t.loc[slow, "err_ttft"] < 0).mean()) if slow.any() else float("nan")
     out["ch3_reval_pd_slow_under"] = f"{under:.0%}" if slow.any() else "n/a"
     out["ch3_reval_pd_rest_err"] = f"{float(err[~slow].median()):.0%}" if (~slow).any() else "n/a"
+    # where requests can be placed: decode ranks = decode workers x decode attention DP ranks
+    ddp = t["decode_attention_dp_size"]
+    ranks = t["decode_num_workers"] * ddp.where(ddp >= 1, 1.0)
+    one = ranks.fillna(1.0) <= 1
+    out["ch3_reval_pd_one_rank_slow"] = f"{int(slow[one].sum()):,} of {int(one.sum()):,}"
+    out["ch3_reval_pd_many_rank_slow"] = f"{int(slow[~one].sum()):,} of {int((~one).sum()):,}"
     cfg = t["id"].astype(str).str.extract(r"(cfg\d+)")[0].fillna(t["group"])
     both = slow.groupby(cfg).agg(["any", "all"])
     out["ch3_reval_pd_mixed_cfgs"] = (f"{int((both['any'] & ~both['all']).sum()):,} of "
@@ -210,4 +219,97 @@ def pd_ttft_values(val: dict) -> dict:
         shift = float((p["pred_ttft_ms"] / t["pred_ttft_ms"]).max() - 1)
         out[f"ch3_reval_pd_kv{int(o * 10):02d}_shift"] = f"{shift:+.1%}"
     out["ch3_reval_kv_overlap"] = f"{LAYERWISE_OVERLAP:g}"
+    return out
+
+
+# the MoE kernels the tensor-split runs use, from AIConfigurator's tables: DeepSeek-V3's experts in FP8 on
+# eight GPUs, split eight ways (moe_tp 8) against spread over them (moe_ep 8), at decode- and prefill-sized
+# token counts
+MOE_SPLIT_KERNEL = {"model": "DeepSeek-V3", "dtype": "fp8", "gpus": 8, "tokens": (64.0, 8192.0),
+                    "devices": ("h200_sxm", "b200_sxm")}
+
+
+def moe_split_kernel_values(setting: dict = MOE_SPLIT_KERNEL) -> dict:
+    """How much slower AIConfigurator's measured MoE kernel runs with the experts tensor-split
+    (``moe_tp`` = the GPU count) than spread (``moe_ep`` = the GPU count) at the same tokens
+    (:func:`analysis.measured.moe_seconds`, the installed tables of the default framework): the effect
+    the roofline lacks (it prices both splits at one efficiency). Ratios over ``setting``'s devices
+    and token counts; a point the tables do not hold is an error."""
+    s = shape(setting["model"])
+    n = float(setting["gpus"])
+    tok = np.asarray(setting["tokens"], dtype=float)
+    ratios = []
+    for dev in setting["devices"]:
+        args = (s.h, s.moe_inter, s.k_active, s.n_experts, setting["dtype"], 1.0)
+        split, c1 = M.moe_seconds(dev, tok, np.ones_like(tok), *args, moe_tp=n)
+        spread, c2 = M.moe_seconds(dev, tok, np.full_like(tok, n), *args, moe_tp=1.0)
+        if np.any(c1 != M.MEASURED) or np.any(c2 != M.MEASURED):
+            raise ValueError(f"the MoE table of {dev} lacks {setting['model']} {setting['dtype']} at "
+                             f"{tok.tolist()} tokens, moe_tp {n:g} or moe_ep {n:g}")
+        ratios += list(split / spread)
+    r = np.asarray(ratios)
+    gpus = ", ".join(d.split("_")[0].upper() for d in setting["devices"])
+    return {"ch3_reval_moe_tp_ratio": _range(pd.Series(r), "{:.1f}x"),
+            "ch3_reval_moe_tp_tokens": " and ".join(f"{t:,.0f}" for t in tok),
+            "ch3_reval_moe_tp_setting": (f"{setting['model']}'s experts in {setting['dtype'].upper()} on "
+                                         f"{setting['gpus']} GPUs ({gpus})")}
+
+
+def moe_split_source_values(rows: pd.DataFrame) -> dict:
+    """Where the validation's measured slowdown of tensor-split experts comes from
+    (:func:`analysis.measured.moe_split_slowdown`): of the predictable runs with experts split in some
+    stage (``moe_tp > 1``; PD runs count once), how many read their own model's expert shape in the MoE
+    table of their GPU, how many the nearest measured shape or another dtype's table, and how many none
+    (priced as the roofline: no shape holds both layouts at their GPU count)."""
+    ok = rows[rows["skip_reason"] == ""]
+    num = ok[list(V.NUMERIC)].apply(pd.to_numeric, errors="coerce")
+    rank = {"own": 0, "near": 1, "none": 2}
+    worst = pd.Series(-1, index=ok.index)
+    for pre in ("", "prefill_", "decode_"):
+        stage = (ok["mode"] == "agg") if pre == "" else (ok["mode"] != "agg")
+        tp, dp = V._deg(num, f"{pre}tp_size"), V._deg(num, f"{pre}attention_dp_size")
+        mt = pd.Series(V._moe_tp(num, tp, dp, pre), index=ok.index)
+        todo = pd.DataFrame({"system": ok["system"], "model": ok["model"], "q": ok["moe_quant_mode"],
+                             "mt": mt, "n": tp * dp})[stage & (mt > 1)]
+        for (sy, mo, q, m, n), idx in todo.groupby(["system", "model", "q", "mt", "n"]).groups.items():
+            s = shape(mo)
+            if not s.n_moe:
+                continue
+            dt = str(M.moe_split_dtype(costs_weight_bytes(q)))
+            key = (int(s.h), int(s.moe_inter), int(s.k_active), int(s.n_experts))
+            got = M._split_source(V.SILICON[sy], dt, key, int(round(m)), float(n), M.DEFAULT_FRAMEWORK)
+            own = got is not None and got[1] == key and got[0] in M.MOE_DTYPES[dt]
+            kind = "none" if got is None else "own" if own else "near"
+            worst.loc[idx] = np.maximum(worst.loc[idx], rank[kind])
+    c = worst[worst >= 0].map({v: k for k, v in rank.items()}).value_counts()
+    return {"ch3_reval_split_runs": f"{int((worst >= 0).sum()):,}",
+            "ch3_reval_split_own": f"{int(c.get('own', 0)):,}",
+            "ch3_reval_split_near": f"{int(c.get('near', 0)):,}",
+            "ch3_reval_split_none": f"{int(c.get('none', 0)):,}"}
+
+
+def costs_weight_bytes(quant: str) -> float:
+    """Bytes per weight of a run's quant mode (:data:`.validate.QUANT`)."""
+    return WEIGHT_FORMATS[V.QUANT[quant]][0]
+
+
+def moe_split_effect_values(val: dict) -> dict:
+    """The measured slowdown of tensor-split experts at the fitted constants of ``val``
+    (:func:`.study.validation`): the median signed TPOT and TTFT error of the held-out MoE runs with
+    experts split in their (decode) stage, priced with it and without it (the roofline alone), and
+    where the slowdown comes from (:func:`moe_split_source_values`)."""
+    rows, cal = val["rows"], val["calibration"]
+    groups = V._prepare(rows, 50e9)
+    with_ = V.predict(rows, cal, _groups=groups)
+    for G in groups:
+        G["dev"].pop("moe_split_slowdown")
+    without = V.predict(rows, cal, _groups=groups)
+    moe = with_["model"].map(lambda m: isinstance(m, str) and shape(m).n_moe > 0)
+    mt = np.where(with_["mode"] == "agg", with_["moe_tp_size"], with_["decode_moe_tp_size"]).astype(float)
+    sel = (with_["skip_reason"] == "") & moe & (mt > 1) & (with_["split"] == "test")
+    out = {"ch3_reval_split_test_runs": f"{int(sel.sum()):,}"}
+    for m in ("tpot", "ttft"):
+        out[f"ch3_reval_split_{m}_with"] = f"{float(with_.loc[sel, f'err_{m}'].median()):+.0%}"
+        out[f"ch3_reval_split_{m}_without"] = f"{float(without.loc[sel, f'err_{m}'].median()):+.0%}"
+    out.update(moe_split_source_values(rows))
     return out

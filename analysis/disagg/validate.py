@@ -27,19 +27,27 @@ t_dec`` (Little's law), mixed with the wave value by ``sync_disagg``. Rows that 
 counts cannot be predicted (listed); ``load_rows(assume_workers=True)`` predicts them with one worker
 per stage as a sensitivity.
 
+Every pass is priced with the MoE split the run records (``moe_tp_size`` / ``moe_ep_size``, per stage for
+PD runs; :func:`analysis.forward.moe_split`), as AIConfigurator's ``MoEDispatch`` moves the tokens:
+without attention data parallelism every device holds every token, so spread or tensor-split experts
+need no all-to-all (the layer's all-reduce sums their outputs); with it, expert parallelism dispatches
+by all-to-all and tensor-split experts gather and reduce-scatter the data-parallel ranks' rows
+(:func:`analysis.forward.comm_time`).
+
 Rows whose model is not in ``data/models.csv`` or that lack the concurrency or parallel sizes are
 *listed*, never dropped silently (:func:`load_rows` returns them with a ``skip_reason``).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from .. import data, kv, specs
+from .. import data, kv, measured, specs
 from .. import forward as costs
 from ..forward import Efficiency, Precision
 
@@ -103,6 +111,12 @@ NUMERIC = (
     "decode_num_workers",
     "prefill_batch_size",
     "decode_batch_size",
+    "moe_tp_size",
+    "moe_ep_size",
+    "prefill_moe_tp_size",
+    "prefill_moe_ep_size",
+    "decode_moe_tp_size",
+    "decode_moe_ep_size",
 )
 
 
@@ -121,6 +135,13 @@ def _deg(df, col):
     """A parallel degree: missing or 0 ('none' in the export) means 1."""
     v = _num(df, col, 1.0)
     return np.where(v >= 1, v, 1.0)
+
+
+def _moe_tp(g, tp, dp, prefix=""):
+    """Per row: the expert tensor-parallel size the run recorded (``<prefix>moe_tp_size`` /
+    ``<prefix>moe_ep_size``, :func:`analysis.forward.moe_split` on the instance of ``tp * dp``
+    devices)."""
+    return costs.moe_split(tp * dp, g[f"{prefix}moe_tp_size"], g[f"{prefix}moe_ep_size"])
 
 
 def load_rows(assume_workers: bool = False) -> pd.DataFrame:
@@ -304,6 +325,11 @@ def _prepare(rows: pd.DataFrame, net_bw: float) -> list:
             "cap": np.array([hw["hbm_capacity"] for hw in hws]),
             "link": np.array([hw["nvlink_bandwidth"] / 2 for hw in hws]),
             "net": np.full(len(g), float(net_bw)),
+            # tensor-split experts' measured slowdown on each run's GPU (AIConfigurator's MoE table of its
+            # silicon, the run's expert weight format; analysis.forward.ffn_block)
+            "moe_split_slowdown": functools.partial(
+                measured.moe_split_slowdown, weight_bytes=wb,
+                silicon=np.array([SILICON[x] for x in g["system"]], dtype=object)),
         }
         out.append(
             {
@@ -343,7 +369,8 @@ def _agg(s, g, eff, prec, dev, cal):
     mem_seqs = np.maximum(np.floor((dev["cap"] * (1 - eff.mem_reserve) - w) / kv1) * dp, 1.0)
     A = np.maximum(np.minimum(np.minimum(c, bs * dp), mem_seqs), 1.0)
     ctx = I + O / 2
-    run = lambda **kw: costs.colocated_pass_time(s, prec, eff, dev, tp=tp, dp=dp, **kw)
+    mtp = _moe_tp(g, tp, dp)
+    run = lambda **kw: costs.colocated_pass_time(s, prec, eff, dev, tp=tp, dp=dp, moe_tp=mtp, **kw)
     t_dec = run(dec_seqs=A, dec_ctx=ctx)
     chunk = _bk(cal.chunk_tokens, g)
     K = chunk * dp
@@ -382,7 +409,9 @@ def _disagg(s, g, eff, prec, dev, cal, kv_overlap=costs.LAYERWISE_OVERLAP):
     ctx = I + O / 2
     # prefill: pbs prompts per DP rank per pass
     pseqs = pbs * dpp
-    t_p = costs.colocated_pass_time(s, prec, eff, dev, tp=tpp, dp=dpp, pre_seqs=pseqs, pre_len=I)
+    mtp_p, mtp_d = _moe_tp(g, tpp, dpp, "prefill_"), _moe_tp(g, tpd, dpd, "decode_")
+    t_p = costs.colocated_pass_time(s, prec, eff, dev, tp=tpp, dp=dpp, moe_tp=mtp_p, pre_seqs=pseqs,
+                                    pre_len=I)
     mu_p = Wp * pseqs / t_p
     exposed = costs.kv_transfer_exposed(
         s, prec, eff, seqs=pseqs, tokens=I, t_pass=t_p, devices=tpp * dpp, net=dev["net"], overlap=kv_overlap
@@ -400,7 +429,7 @@ def _disagg(s, g, eff, prec, dev, cal, kv_overlap=costs.LAYERWISE_OVERLAP):
     A = np.minimum(c / Wd, cap_d)
     for _ in range(8):
         t_dec = costs.colocated_pass_time(
-            s, prec, eff, dev, tp=tpd, dp=dpd, dec_seqs=np.maximum(A, 1), dec_ctx=ctx
+            s, prec, eff, dev, tp=tpd, dp=dpd, moe_tp=mtp_d, dec_seqs=np.maximum(A, 1), dec_ctx=ctx
         )
         X = np.minimum.reduce([mu_p, c / (t_p + exposed + (O - 1) * t_dec), Wd * cap_d / ((O - 1) * t_dec)])
         A = np.clip(X * (O - 1) * t_dec / Wd, 1.0, cap_d)
