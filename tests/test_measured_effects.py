@@ -3,6 +3,8 @@ GEMMs from the GEMM table for shapes the MoE tables lack), the expert-parallel a
 DeepEP low-latency tables by node count, both at the busiest device's load (moe_imbalance)."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -212,3 +214,33 @@ def test_a_measured_plan_responds_to_imbalance_in_experts_and_all_to_all():
         fw.colocated_pass_time(s, prec, fw.Efficiency(), d8, tp=1.0, dp=32.0, dec_seqs=4096.0, dec_ctx=4096.0)
     assert any(k[1] == "alltoall" and "own links" in k[2] for k in fb.by_reason)
     assert ("H800-SXM5-80GB", "moe") in fb.measured
+
+
+def test_transfer_roofline_equals_the_time_models_routed_expert_terms():
+    """``measured.moe_roofline_seconds`` (the efficiency transfer's yardstick) restates the routed-expert
+    FLOPs and bytes of ``forward.ffn_block``: the two must stay equal (balanced routing, experts divisible
+    over the devices), or transferred prices drift from the model they are used in."""
+    ops = []
+
+    def capture(op, eff):
+        ops.append(op)
+        return fw.roofline_backend(op, eff)
+
+    fw.register_backend("capture-moe", capture, replace=True)
+    try:
+        s = dataclasses.replace(fw.shape("DeepSeek-V3"), n_dense=0, n_shared=0)
+        eff = dataclasses.replace(fw.Efficiency(), moe_imbalance=1.0)
+        peak, bw = 1e15, 3e12
+        for T, n in [(64.0, 8), (4096.0, 32), (256.0, 256)]:
+            ops.clear()
+            fw.ffn_block(s, fw.Precision(), eff, peak, bw, tokens=T, n=n, backend="capture-moe")
+            op = next(o for o in ops if o.kind == "moe")
+            flops = op.flops - op.shape["rest_flops"]
+            byts = op.bytes_ - op.shape["rest_bytes"]
+            mult = 3.0 if s.moe_gated else 2.0
+            want = M.moe_roofline_seconds(T, n, s.h, s.moe_inter, s.k_active, s.n_experts, peak, bw,
+                                          gated=s.moe_gated)
+            assert s.expert_params == pytest.approx(mult * s.h * s.moe_inter, rel=1e-9)
+            assert float(want) == pytest.approx(max(flops / peak, byts / bw), rel=1e-9)
+    finally:
+        fw.unregister_backend("capture-moe")
