@@ -2,6 +2,7 @@
 one-shot Future Missed Mass, each against its shuffled-order null (analysis.qevict.longview), judged
 through the ledger's rule (analysis.claims.evaluate, ``ch4_drift``); the far-pair missed share is only
 the secondary statistic. Small synthetic tables and the committed long-run CSVs; no model runs."""
+import functools
 import math
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 
 from analysis import claims
 from analysis.qevict import chapter as ch
+from analysis.qevict import defaultrun as DR
 from analysis.qevict import longview as LV
 from analysis.qevict.metrics import bootstrap_ci, document_drift, far_pair_matrix, far_pair_mean
 
@@ -150,7 +152,11 @@ def test_attention_ends_recompute_both_metrics_and_glir_matches_document_drift()
     table = pd.DataFrame([dict(model="smollm2", document=f"code:{i}",
                                **LV.primary_metrics_from_attention(a, P, W, 1, gap=4, tau=1.0, n_shuffles=5))
                           for i, a in enumerate(docs)])
-    at = ch.drift_attention_ends([{"attn_full": a} for a in docs], table, P, W, 1, 4, 1.0, 0)
+    pairs = [("shuffle block (steps)", 16), ("top share of windows", 0.35)]
+    ends = DR.ends_table(docs, table, P, W, 1, 4, 1.0, 0, pairs)
+    at = functools.partial(DR.end_rows, ends)
+    with pytest.raises(KeyError, match="make default-run"):
+        at("shuffle block (steps)", 4)  # not computed: says how to get it
     t16 = at("shuffle block (steps)", 16)
     assert list(t16.document) == list(table.document) and "miss_observed" in t16
     assert (t16.global_lir_null_mean != table.global_lir_null_mean).any()  # the null recomputed at 16

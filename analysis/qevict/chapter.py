@@ -16,7 +16,6 @@ from ..cache import cached
 from .config import policy_config
 from .labels import display_label, labels_for, named, names_of
 from .longview import (
-    ATTENTION_ENDS,
     DRIFT_PRIMARY_RULE,
     budget_trend_rule_text,
     budget_trend_table,
@@ -31,7 +30,6 @@ from .longview import (
     long_lengths_text,
     main_comparison,
     main_setup_text,
-    primary_metrics_from_attention,
     primary_verdict,
     qevict_by_scope,
     scored_steps_text,
@@ -165,23 +163,6 @@ def drift_glue(drift: pd.DataFrame, dv: dict, dp: dict) -> list:
         ("ch4_drift_primary", drift_primary_text(dp), None),
         ("ch4_drift_secondary", secondary_drift_label(dv), None),
     ]
-
-
-def drift_attention_ends(results, drift: pd.DataFrame, prefill_tokens: int, window_tokens: int,
-                         sink_windows: int, gap: int, tau: float, seed: int):
-    """``at(name, value)`` for ``longview.drift_primary_recompute``: the per-document table of the primary
-    metrics recomputed from each document's full-cache attention (``results``) at an attention-dependent
-    sensitivity end (top share of windows, shuffle block)."""
-    def at(name, value):
-        kw = {ATTENTION_ENDS[name]: float(value) if ATTENTION_ENDS[name] == "budget" else int(value)}
-        rows = [primary_metrics_from_attention(r["attn_full"], prefill_tokens, window_tokens, sink_windows,
-                                               gap=gap, tau=tau, seed=seed, **kw) for r in results]
-        t = pd.DataFrame(rows)
-        for c in ("model", "document"):
-            if c in drift:
-                t.insert(0, c, drift[c].to_numpy())
-        return t
-    return at
 
 
 def drift_verdict(drift: pd.DataFrame, dp: dict, n_boot: int, seed: int, at=None):
