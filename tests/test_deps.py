@@ -1,8 +1,9 @@
 """Per-page execution-cache keys and per-function result-cache keys (analysis.deps, build, cache)."""
 import ast
 import json
-import subprocess
+import os
 import sys
+import traceback
 from pathlib import Path
 
 import pytest
@@ -81,26 +82,59 @@ def test_file_mentions_and_loader_calls():
     assert deps.files_read(ast.parse(prose)) == set()  # docstrings read nothing
 
 
-_PROBE = """
-import json, sys
-exec(sys.argv[1], {})
-print(json.dumps(sorted(m for m in sys.modules if m == "analysis" or m.startswith("analysis."))))
-"""
+def _analysis_modules() -> list[str]:
+    return sorted(m for m in sys.modules if m == "analysis" or m.startswith("analysis."))
 
 
-@pytest.mark.slow  # a fresh interpreter per page importing its modules: ~5-10 s each
+def _modules_loaded_by(code: str) -> set[str]:
+    """The modules of analysis that running ``code`` loads, from none loaded: in a forked child of this
+    process with every module of analysis dropped from ``sys.modules`` (third-party libraries stay
+    imported, so a page's probe costs its own modules, not numpy's and matplotlib's again)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        status = 1
+        try:
+            os.close(r)
+            for m in _analysis_modules():
+                del sys.modules[m]
+            exec(code, {})
+            os.write(w, json.dumps({"loaded": _analysis_modules()}).encode())
+            status = 0
+        except BaseException:
+            os.write(w, json.dumps({"error": traceback.format_exc()[-2000:]}).encode())
+        finally:
+            os._exit(status)
+    os.close(w)
+    with os.fdopen(r, "rb") as fh:
+        out = fh.read()
+    os.waitpid(pid, 0)
+    res = json.loads(out)
+    assert "error" not in res, res.get("error")
+    return set(res["loaded"])
+
+
+def test_probe_loads_exactly_what_the_code_imports():
+    """The fork probe starts from no module of analysis: a bare import loads the package and its own
+    imports only; an import of a chapter's module brings what that module imports."""
+    base = _modules_loaded_by("import analysis")
+    assert base and all(m == "analysis" or m.count(".") == 1 for m in base)
+    assert "analysis.disagg.search" not in base
+    more = _modules_loaded_by("from analysis.disagg import search")
+    assert "analysis.disagg.search" in more and "analysis.forward" in more and base <= more
+    with pytest.raises(AssertionError, match="ModuleNotFoundError"):
+        _modules_loaded_by("import analysis.no_such_module")
+
+
+@pytest.mark.slow  # the page's imports in a forked child: about a second each
 @pytest.mark.parametrize("page", [p.name for p in build.pages()])
 def test_static_closure_covers_the_modules_a_page_loads(page):
-    """Run the page's import statements (its schema's among them) in a fresh interpreter: every
-    module of analysis that this loads must be in the page's key."""
+    """Run the page's import statements (its schema's among them) from no module of analysis loaded:
+    every module of analysis that this loads must be in the page's key."""
     path = BOOK / page
     tree = deps.chapter_tree(path)
     imports = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
-    code = ast.unparse(ast.Module(body=imports, type_ignores=[]))
-    out = subprocess.run([sys.executable, "-c", _PROBE, code], capture_output=True, text=True, cwd=REPO,
-                         check=False)
-    assert out.returncode == 0, out.stderr[-2000:]
-    loaded = set(json.loads(out.stdout.strip().splitlines()[-1]))
+    loaded = _modules_loaded_by(ast.unparse(ast.Module(body=imports, type_ignores=[])))
     static = set(deps.chapter_deps(path)["modules"])
     # the probe loaded the page's modules (the front page only draws a figure)
     assert {"analysis.report", "analysis.tables"} & loaded or path.stem == "intro"
@@ -222,3 +256,4 @@ def test_declared_artifact_families_narrow_a_computed_read():
     for other in ("results/sharegpt_lengths/pairs.csv", "results/aic_side_by_side/provenance.json"):
         assert "04_qevict" not in _pages_depending_on(other)
     assert "04_qevict" in _pages_depending_on("results/qevict_long_main_smollm2/summary.csv")
+    assert "04_qevict" in _pages_depending_on("results/qevict_default_run/summary.csv")

@@ -37,6 +37,7 @@ from .params import SCHEMA, QEvictConfig
 from .runner import file_sha256
 
 NAME = "qevict_default_run"
+ARTIFACTS_READ = ("qevict_default_run",)  # the artifacts this module reads (analysis.deps: the page keys)
 COMMAND = "make default-run"
 LAYOUT_MODULE, LAYOUT_TOKENS = "argparse", 1024  # the weight-layout check: perplexity of argparse.py's start
 DRIFT_CLAIM = "ch4_drift"
