@@ -41,8 +41,7 @@ def _run(c, seed=0):
     lir = pd.DataFrame(dict(document=docs, layer=0, lir=rng.random(len(docs))))
     return DR.DefaultRun(c, summary, lir, drift,
                          pd.DataFrame(dict(layer=[0, 1], lir_b=rng.random(2))), ends,
-                         dict(right=10.5, wrong=580.25, tokens=1024, module="argparse"),
-                         pd.DataFrame(dict(document=docs, seconds=rng.random(len(docs)))), 12.5, None)
+                         dict(right=10.5, wrong=580.25, tokens=1024, module="argparse"), None)
 
 
 def _computed(monkeypatch):
@@ -62,9 +61,9 @@ def test_artifact_reads_back_what_was_computed(tmp_results, monkeypatch):
     calls = _computed(monkeypatch)
     back = DR.default_run(c)
     assert back.from_artifact and not calls and "make default-run" in back.source
-    for t in ("summary", "lir", "drift", "budget_lir", "ends", "timings"):
+    for t in ("summary", "lir", "drift", "budget_lir", "ends"):
         pd.testing.assert_frame_equal(getattr(back, t), getattr(run, t), check_exact=True)
-    assert back.layout == run.layout and back.seconds == 480.0
+    assert back.layout == run.layout and back.provenance["wall_seconds"] == 480.0
     assert back.tuned is not None  # the chapter's frozen settings, read again from their file
     n, v = DR.attention_ends()[0]
     pd.testing.assert_frame_equal(back.at(n, v), run.at(n, v))

@@ -12,7 +12,7 @@ rerun with other parameters is always computed.
 :class:`DefaultRun` holds only what the chapter reads: the summary table (one row per document and
 stream), the Global LIR and drift tables, the budget-relative LIR of the example document, the primary
 drift metrics recomputed at each attention-dependent sensitivity end (:meth:`DefaultRun.at`, for
-``analysis.claims.evaluate``), the weight-layout check, the per-document timings and the frozen settings.
+``analysis.claims.evaluate``), the weight-layout check and the frozen settings.
 The full-cache attention itself is not kept: its derived tables are, a few hundred kilobytes in all.
 """
 from __future__ import annotations
@@ -58,8 +58,6 @@ class DefaultRun:
     budget_lir: pd.DataFrame  # metrics.budget_lir of the example document (drift.heatmap_document)
     ends: pd.DataFrame  # primary drift metrics per document at each attention-dependent sensitivity end
     layout: dict  # experiment.layout_check: perplexity with the right and the wrong Q/K layout
-    timings: pd.DataFrame
-    seconds: float  # the run's wall time when it was computed
     tuned: dict | None = None  # the frozen settings used, or None (hand-set knobs)
     source: str = "computed now"  # where the numbers come from (artifact and its provenance, or why not)
     from_artifact: bool = False
@@ -135,8 +133,7 @@ def compute(c: QEvictConfig, *, verbose: bool = False) -> DefaultRun:
     ends = ends_table([r["attn_full"] for r in exp.results], exp.drift, w.prefill_tokens, k.window_tokens,
                       k.sink_windows, dr.lir_gap_steps, dr.lir_tau, w.seed, attention_ends())
     lay = layout_check(LAYOUT_MODULE, LAYOUT_TOKENS)
-    return DefaultRun(c, exp.summary, exp.lir, exp.drift, bl, ends, lay, pd.DataFrame(exp.timings),
-                      exp.seconds, exp.tuned)
+    return DefaultRun(c, exp.summary, exp.lir, exp.drift, bl, ends, lay, exp.tuned)
 
 
 def key(c: QEvictConfig) -> dict:
@@ -159,14 +156,16 @@ def _tuned_path(path: str) -> Path:
     return p
 
 
-TABLES = ("summary", "lir", "drift", "budget_lir", "ends", "timings", "layout")
+TABLES = ("summary", "lir", "drift", "budget_lir", "ends", "layout")
 
 
 def write(run: DefaultRun, wall_seconds: float) -> Path:
     """The artifact ``results/qevict_default_run/`` of ``run`` (atomic, :func:`artifacts.write_artifact`)."""
     tables = dict(summary=run.summary, lir=run.lir, drift=run.drift, budget_lir=run.budget_lir, ends=run.ends,
-                  timings=run.timings, layout=pd.DataFrame([run.layout]))
-    notes = "chapter 4's default run (analysis.qevict.defaultrun): the tables it reads; no attention kept"
+                  layout=pd.DataFrame([run.layout]))
+    notes = ("chapter 4's default run (analysis.qevict.defaultrun): the tables it reads, not the attention; "
+             "documents whose runs the on-disk result cache (analysis.cache) held count in the wall time "
+             "at what reading them took")
     return artifacts.write_artifact(NAME, tables, modules=MODULES, command=COMMAND, wall_seconds=wall_seconds,
                                     params=key(run.params), notes=notes)
 
@@ -179,9 +178,8 @@ def _from_artifact(c: QEvictConfig, art: artifacts.Artifact) -> DefaultRun:
                   module=str(lay["module"]))
     tuned = None if c.policies.tuned_settings == "none" else tuning.load(c.policies.tuned_settings)
     p = art.provenance
-    return DefaultRun(c, summary, t["lir"], t["drift"], t["budget_lir"], t["ends"], layout, t["timings"],
-                      float(p.get("wall_seconds", 0.0)), tuned, source=art.describe(), from_artifact=True,
-                      provenance=p)
+    return DefaultRun(c, summary, t["lir"], t["drift"], t["budget_lir"], t["ends"], layout, tuned,
+                      source=art.describe(), from_artifact=True, provenance=p)
 
 
 def usable(c: QEvictConfig) -> tuple[artifacts.Artifact | None, str]:
