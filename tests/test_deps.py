@@ -114,6 +114,7 @@ def _modules_loaded_by(code: str) -> set[str]:
     return set(res["loaded"])
 
 
+@pytest.mark.slow  # three forked children importing the package
 def test_probe_loads_exactly_what_the_code_imports():
     """The fork probe starts from no module of analysis: a bare import loads the package and its own
     imports only; an import of a chapter's module brings what that module imports."""
