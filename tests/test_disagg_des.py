@@ -181,3 +181,13 @@ def test_plans_are_judged_at_the_90th_percentile():
     assert r.p90_tpot_s == pytest.approx(np.percentile(decoding, 90), rel=1e-12)
     slo = S.SLO(ttft_s=r.p90_ttft_s * 0.999, tpot_s=1e6)
     assert not r.judged(slo) and r.judged(S.SLO(ttft_s=r.p90_ttft_s, tpot_s=r.p90_tpot_s))
+
+
+def test_a_fixed_count_longer_than_its_trace_says_so():
+    """steady=False replays exactly n_requests arrivals: more than the trace holds is a clear error."""
+    wl = S.Workload(1000, 100)
+    p, g = _pd_plan(wl)
+    kw = dict(budget=8, rate=0.01, trace_s=np.arange(20.0), instances={"P": 1, "D": 1}, grid=g, steady=False)
+    with pytest.raises(S.SearchError, match="more than the trace's 20 arrivals"):
+        des.simulate(p, MODEL, wl, n_requests=21, **kw)
+    assert len(des.simulate(p, MODEL, wl, n_requests=20, **kw).ttft) == 20

@@ -59,6 +59,7 @@ PERCENTILE = 90.0
 MAX_PREFILL_PROMPTS = 64  # prompts in one whole-prompt prefill iteration (chunked=False)
 STEADY_TOL = 0.02         # steady state: successive windows' p90 TTFT and TPOT agree within 2%
 STEADY_MAX = 100_000      # steady state: at most this many requests (the issue's long run)
+FIXED_REQUESTS = 2000  # a fixed-count run's default length (steady=False without lengths or n_requests)
 MIN_WINDOW = 1_000        # steady state: requests per window, at least
 
 
@@ -264,7 +265,11 @@ def _run_length(wl, units, counts, rate, *, n_requests, trace_s, steady, window)
     if steady is None:
         steady = n_requests is None and wl.lengths is None and trace_s is None
     if not steady:
-        return int(n_requests or (len(wl.lengths[0]) if wl.lengths is not None else 2000)), None
+        n = int(n_requests or (len(wl.lengths[0]) if wl.lengths is not None else FIXED_REQUESTS))
+        if trace_s is not None and n > len(trace_s):
+            raise S.SearchError(f"n_requests={n} is more than the trace's {len(trace_s)} arrivals: pass at "
+                                f"most that many, or steady=True to stop at steady state within the trace")
+        return n, None
     n = int(n_requests or STEADY_MAX)
     if trace_s is not None:
         n = min(n, len(trace_s))
