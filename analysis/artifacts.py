@@ -260,5 +260,26 @@ def read_artifact(name: str) -> Artifact:
     return Artifact(name, tables, prov, stale_reasons(name, prov))
 
 
+def usable(name: str, key: dict, tables=(), *, command: str) -> tuple[Artifact | None, str]:
+    """The artifact ``name`` if it stands for a computation with inputs ``key`` (compared with the
+    ``params`` it was written with, entry by entry), is not stale and has every table of ``tables``;
+    else ``None`` and why not, naming ``command`` (what rewrites it)."""
+    try:
+        art = read_artifact(name)
+    except FileNotFoundError:
+        return None, f"no committed {name} (`{command}` writes it)"
+    if art.stale:
+        why = "; ".join(art.stale_reasons)
+        return None, f"results/{name} is stale ({why}; `{command}` refreshes it)"
+    have = art.provenance.get("params") or {}
+    diff = [k for k in key if key[k] != have.get(k)]
+    if diff:
+        return None, f"results/{name} was computed with other {', '.join(diff)}"
+    missing = [t for t in tables if t not in art.tables]
+    if missing:
+        return None, f"results/{name} lacks tables {missing} (`{command}` rewrites it)"
+    return art, ""
+
+
 def list_artifacts() -> list:
     return sorted(p.parent.name for p in results_dir().glob("*/provenance.json"))

@@ -326,3 +326,41 @@ def test_plan_searched_with_overlap_falls_back_without_it_when_the_composition_f
     assert r.feasible and not r.plan_overlap and r == pipeline._evaluate(s, REUSE, False)
     # with nothing that could fail after the plan, the overlap plan stands
     assert pipeline.evaluate(BASE.replace(layout="dram", hit_rate=0.6, mode="PD"), REUSE).plan_overlap
+
+
+def test_committed_measurement_is_used_only_for_its_own_configuration(tmp_path, monkeypatch):
+    """results/compose_measured_policies stands in for chapter 4's run only where it was computed with the
+    same configuration (and model and code): another budget computes, and so does a missing artifact."""
+    import pandas as pd
+
+    from analysis.compose import configure
+    from analysis.compose.params import SCHEMA as COMPOSE
+
+    kw = configure.measurement_kwargs(COMPOSE.config(COMPOSE.defaults()))
+    art, why = fidelity.usable_measurement(fidelity.measurement_config(**kw))
+    assert art is not None, why  # the committed one is current (tests/test_artifacts.py checks it too)
+    ran = []
+    fake = type("E", (), {"summary": art.tables["summary"]})
+    monkeypatch.setattr(fidelity.experiment, "run_experiment", lambda c, verbose=False: ran.append(c) or fake)
+    got = fidelity.measure(**kw)
+    assert not ran and got == fidelity.from_summary(art.tables["summary"])
+    other = dict(kw, budgets=[0.3])
+    _, why = fidelity.usable_measurement(fidelity.measurement_config(**other))
+    assert "other params" in why
+    fidelity.measure(**other)
+    assert len(ran) == 1 and ran[0].policies.budgets == [0.3]
+    monkeypatch.setenv("KVBOOK_RESULTS", str(tmp_path))
+    assert "no committed compose_measured_policies" in fidelity.usable_measurement(ran[0])[1]
+    assert isinstance(art.tables["summary"], pd.DataFrame)
+
+
+@pytest.mark.real_weights
+def test_committed_measurement_equals_a_fresh_run(tmp_path, monkeypatch):
+    """The committed measurement's policies are those chapter 4's run computes now (about 40 s)."""
+    from analysis.compose import configure
+    from analysis.compose.params import SCHEMA as COMPOSE
+
+    kw = configure.measurement_kwargs(COMPOSE.config(COMPOSE.defaults()))
+    committed = fidelity.measure(**kw)
+    monkeypatch.setenv("KVBOOK_RESULTS", str(tmp_path))  # no artifact: computed (result cache allowed)
+    assert fidelity.measure(**kw) == committed

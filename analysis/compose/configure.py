@@ -7,8 +7,15 @@ from ..cache import cached
 from ..tiering import configure as _tiering_configure
 from ..tiering import params as _tiering_params
 from .decide import FidelityFloor
-from .fidelity import in_drive_policy, long_context_runs, measure, with_long_context, with_source
-from .params import ComposeConfig, Recall
+from .fidelity import (
+    in_drive_policy,
+    long_context_runs,
+    measure,
+    with_long_context,
+    with_source,
+    write_measurement,
+)
+from .params import SCHEMA, ComposeConfig, Recall
 from .pipeline import Scenario, SequentialRecall
 from .pricing import RandomReadRecall, routed_reuse
 
@@ -53,9 +60,7 @@ def kv_policies(c: ComposeConfig, verbose: bool = False, source: str | None = No
     ``fidelity_source`` parameter) for the served model (see
     :func:`analysis.compose.fidelity.with_source`)."""
     f = c.fidelity
-    kw = dict(policies=list(f.kv_policies), budgets=[float(b) for b in f.kv_budgets],
-              documents=list(f.fidelity_documents), prefill_tokens=int(f.fidelity_prefill_tokens),
-              decode_tokens=int(f.fidelity_decode_tokens))
+    kw = measurement_kwargs(c)
     # chapter 4's short runs are cached on disk run by run, but loading them takes half a minute; chapter 5,
     # its evidence page and the front page each need the same policies, so the result is cached whole
     # (keyed on these inputs and the code of the experiment); `verbose` shows the runs, so it recomputes
@@ -63,6 +68,20 @@ def kv_policies(c: ComposeConfig, verbose: bool = False, source: str | None = No
     if f.fidelity_long_context:
         measured = with_long_context(measured, long_context_runs())
     return with_source(measured, source or f.fidelity_source, model=c.service.model)
+
+
+def measurement_kwargs(c: ComposeConfig) -> dict:
+    """The arguments of :func:`analysis.compose.fidelity.measure` for configuration ``c``."""
+    f = c.fidelity
+    return dict(policies=list(f.kv_policies), budgets=[float(b) for b in f.kv_budgets],
+                documents=list(f.fidelity_documents), prefill_tokens=int(f.fidelity_prefill_tokens),
+                decode_tokens=int(f.fidelity_decode_tokens))
+
+
+def write_default_measurement():
+    """``make default-run``: chapter 5's measurement at its default parameters, committed
+    (``results/compose_measured_policies``, :func:`analysis.compose.fidelity.write_measurement`)."""
+    return write_measurement(**measurement_kwargs(SCHEMA.config(SCHEMA.defaults())))
 
 
 def fidelity_floor(c: ComposeConfig, policies, source: str | None = None) -> FidelityFloor:
