@@ -16,10 +16,11 @@ anything, with :mod:`ast`:
   ``path``/``registry``/``describe`` read ``data/registry.yaml`` (whose sha256 pins every external
   file); ``table(x)`` with a name that is not a literal reads every table; of
   :mod:`analysis.artifacts` (long runs committed with provenance, which chapters read instead of
-  computing), ``read_artifact("name")`` reads every file of ``results/name/``, and
-  ``read_artifact(x)`` with a name that is not a literal, or ``list_artifacts()``, every artifact's
-  files, or only those of the artifacts whose names start with a prefix the module declares in a
-  module-level ``ARTIFACTS_READ = ("prefix", ...)`` (checked against what pages really read).
+  computing), ``read_artifact("name")`` (or ``usable("name", ...)``) reads every file of
+  ``results/name/``, and ``read_artifact(x)`` with a name that is not a literal, or
+  ``list_artifacts()``, every artifact's files, or only those of the artifacts whose names start
+  with a prefix the module declares in a module-level ``ARTIFACTS_READ = ("prefix", ...)``
+  (checked against what pages really read).
   ``analysis/data.py`` and ``analysis/artifacts.py`` (the loaders) and this module are not scanned
   for names: they name every file.
 
@@ -57,7 +58,7 @@ _NOT_SCANNED = {f"{PACKAGE}.data", f"{PACKAGE}.deps", f"{PACKAGE}.artifacts"}
 _LOADER_CALLS = {"published": ("data/published.csv",), "path": ("data/registry.yaml",),
                  "registry": ("data/registry.yaml",), "describe": ("data/registry.yaml",),
                  "candidates": ()}
-_ARTIFACT_CALLS = ("read_artifact", "list_artifacts")  # analysis.artifacts: files under results/<name>/
+_ARTIFACT_CALLS = ("read_artifact", "usable", "list_artifacts")  # artifacts: files under results/<name>/
 
 
 # ------------------------------------------------------------------------------------- modules
@@ -225,7 +226,7 @@ def files_read(tree: ast.AST, current: str = "__main__", is_pkg: bool = False) -
         if fn not in _ARTIFACT_CALLS:
             continue
         arg = node.args[0] if node.args else None
-        if fn == "read_artifact" and isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        if fn in ("read_artifact", "usable") and isinstance(arg, ast.Constant) and isinstance(arg.value, str):
             # the provenance is keyed even while absent, so computing the artifact changes the key
             out.add(f"results/{arg.value}/provenance.json")
             out.update(f.relative_to(REPO_ROOT).as_posix() for f in artifact_files(arg.value))
