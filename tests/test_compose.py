@@ -353,14 +353,3 @@ def test_committed_measurement_is_used_only_for_its_own_configuration(tmp_path, 
     assert "no committed compose_measured_policies" in fidelity.usable_measurement(ran[0])[1]
     assert isinstance(art.tables["summary"], pd.DataFrame)
 
-
-@pytest.mark.real_weights
-def test_committed_measurement_equals_a_fresh_run(tmp_path, monkeypatch):
-    """The committed measurement's policies are those chapter 4's run computes now (about 40 s)."""
-    from analysis.compose import configure
-    from analysis.compose.params import SCHEMA as COMPOSE
-
-    kw = configure.measurement_kwargs(COMPOSE.config(COMPOSE.defaults()))
-    committed = fidelity.measure(**kw)
-    monkeypatch.setenv("KVBOOK_RESULTS", str(tmp_path))  # no artifact: computed (result cache allowed)
-    assert fidelity.measure(**kw) == committed
