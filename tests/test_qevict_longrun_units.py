@@ -210,3 +210,39 @@ def test_unit_files_are_named_by_document_and_never_collide(tmp_path):
     assert len(set(paths)) == 3 and all(len(p.name) < 80 for p in paths)
     assert paths[0].name.startswith("code_a_b.")
     assert hashlib.sha256(b"code:a+b").hexdigest()[:10] in paths[0].name
+
+
+def test_progress_counts_current_units_and_names_stale_ones(uninterrupted, tmp_path, monkeypatch):
+    """``progress`` (what the chapter shows of a regeneration in progress) counts the units current for
+    this code, names the stale ones, reports units of other parameters, and changes nothing on disk."""
+    results, folder = _copy(uninterrupted, tmp_path)
+    monkeypatch.setenv("KVBOOK_RESULTS", str(results))
+    before = sorted((f.name, f.read_bytes()) for f in folder.iterdir())
+    assert lu.progress(RUN) == dict(done=2, stale={}, total=2, problem=None)
+    assert sorted((f.name, f.read_bytes()) for f in folder.iterdir()) == before  # nothing written or removed
+    code = lu.unit_path(folder, "code:argparse")
+    rec = pickle.loads(code.read_bytes())
+    code.write_bytes(pickle.dumps(dict(rec, code_hash="0" * 64)))
+    p = lu.progress(RUN)
+    assert p["done"] == 1 and list(p["stale"]) == ["code:argparse"] and "code changed" in p["stale"]["code:argparse"]
+    assert lu.progress(dict(RUN, documents=RUN["documents"] + ["code:shutil"]))["total"] == 3
+    assert "other parameters" in lu.progress(dict(RUN, lir_gap_steps=16))["problem"]
+    shutil.rmtree(folder)
+    assert lu.progress(RUN) == dict(done=0, stale={}, total=2, problem=None)
+
+
+def test_chapter_names_each_stale_run_with_its_regeneration_progress(uninterrupted, tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from analysis.qevict.chapter import stale_text
+
+    results, folder = _copy(uninterrupted, tmp_path)
+    monkeypatch.setenv("KVBOOK_RESULTS", str(results))
+    sweep = tmp_path / "sweep.yaml"
+    other = dict(RUN, name="tiny_other")
+    sweep.write_text(yaml.safe_dump(dict(runs=[RUN, other], regenerating=dict(
+        since="2026-12-03", reason="cleaned code", runs=["tiny_long"]))))
+    arts = [SimpleNamespace(name="tiny_long", stale=True), SimpleNamespace(name="tiny_other", stale=True)]
+    assert stale_text(arts, sweep) == ("tiny_long (being regenerated since 2026-12-03: 2 of 2 documents "
+                                       "computed on the current code); tiny_other")
+    assert stale_text([SimpleNamespace(name="tiny_long", stale=False)], sweep) == "none"

@@ -13,6 +13,7 @@ import pandas as pd
 
 from .. import claims
 from ..cache import cached
+from . import longrun_units
 from .config import policy_config
 from .labels import display_label, labels_for, named, names_of
 from .longview import (
@@ -551,6 +552,25 @@ def cold_glue(tier_bytes: pd.DataFrame, cfg) -> list:
 # --- committed long runs ----------------------------------------------------------------------------
 
 
+def stale_text(arts, config: str = "sweeps/qevict_long.yaml") -> str:
+    """The stale long runs in words, each with how far its declared regeneration is
+    (``longrun_units.regeneration_status``: units computed on the current code, of all)."""
+    stale = [a.name for a in arts if a.stale]
+    if not stale:
+        return "none"
+    reg = longrun_units.regenerating(config)
+    status = longrun_units.regeneration_status(config) if reg["runs"] else {}
+    out = []
+    for n in stale:
+        if n in status:
+            p = status[n]
+            out.append(f"{n} (being regenerated since {reg['since']}: {p['done']} of {p['total']} documents "
+                       "computed on the current code)")
+        else:
+            out.append(n)
+    return "; ".join(out)
+
+
 def long_glue(arts, missing, long_table: pd.DataFrame) -> list:
     """Which long runs are committed, missing or stale, and their re-decisions and promotions."""
     rows = [
@@ -558,7 +578,7 @@ def long_glue(arts, missing, long_table: pd.DataFrame) -> list:
         ("ch4_long_scored_steps", scored_steps_text([a.tables["summary"] for a in arts]), None),
         ("ch4_long_present", ", ".join(a.name for a in arts) or "none", None),
         ("ch4_long_missing", ", ".join(missing) or "none", None),
-        ("ch4_long_stale", "; ".join(a.name for a in arts if a.stale) or "none", None),
+        ("ch4_long_stale", stale_text(arts), None),
     ]
     if len(long_table):
         rq = (long_table[long_table.policy == "qevict_recall"] if "policy" in long_table

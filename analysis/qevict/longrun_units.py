@@ -15,8 +15,9 @@ units' tables concatenated in the run's document order, written by :func:`analys
 with the same modules (``longrun.MODULES`` and the model's module) and so the same code hash.
 
 **Units on disk.** Each finished unit is written, as soon as it finishes, to
-``results/<name>.units/<document>.<hash>.unit.pkl`` (ignored by git: a checkpoint of a run in progress,
-not a result) by the driver, whole or not at all (:func:`analysis.artifacts.atomic_write`), with its
+``results/<name>.units/<document>.<hash>.unit.pkl`` (committed: a regeneration longer than one
+machine's session goes on from main wherever the same command runs next; see :func:`progress` and the
+sweep's ``regenerating`` declaration) by the driver, whole or not at all (:func:`analysis.artifacts.atomic_write`), with its
 document, model, the code hash of the modules that computed it, a hash of the run's parameters, the
 sha256 of the tuned-settings file, its tables and its compute time.  A rerun of the same entry keeps each
 unit whose code hash and settings hash are current, recomputes the stale ones (saying which and why),
@@ -240,6 +241,37 @@ def survey(r: dict, folder: Path) -> dict:
     return out
 
 
+def progress(run: dict, folder: Path | None = None) -> dict:
+    """How far the run's units are, without computing or deleting anything: ``done`` (units current
+    for this code, parameters and settings), ``stale`` {document: reason}, ``total`` (the run's
+    documents) and ``problem`` (units of other parameters, or None)."""
+    r = longrun.check_run(run)
+    folder = units_dir(r["name"]) if folder is None else folder
+    out = dict(done=0, stale={}, total=len(r["documents"]), problem=None)
+    if not folder.is_dir():
+        return out
+    want = code_hash(modules(r)), params_hash(r), settings_sha(r)
+    by_path = {unit_path(folder, d): d for d in r["documents"]}
+    for f in sorted(folder.glob("*.unit.pkl")):
+        doc = by_path.get(f)
+        rec, why = _read_unit(f)
+        if rec is not None and rec.get("params_hash") != want[1]:
+            out["problem"] = (f"{f.name} was computed with other parameters "
+                              f"({_params_diff(rec.get('params', {}), params_of(r))})")
+            continue
+        if doc is None:
+            continue
+        if rec is not None and rec.get("code_hash") != want[0]:
+            why = f"code changed (computed with {rec['code_hash'][:10]}, now {want[0][:10]})"
+        elif rec is not None and rec.get("settings_sha") != want[2]:
+            why = "tuned settings changed"
+        if why:
+            out["stale"][doc] = why
+        else:
+            out["done"] += 1
+    return out
+
+
 def write_unit(folder: Path, rec: dict) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     data = pickle.dumps(rec, protocol=pickle.HIGHEST_PROTOCOL)
@@ -380,6 +412,37 @@ def load_runs(config: str, only=None) -> list[dict]:
     for r in runs:
         longrun.check_run(r)  # all runs checked before the first starts
     return runs
+
+
+def regenerating(config: str | Path = "sweeps/qevict_long.yaml") -> dict:
+    """The sweep's declared regeneration in progress: dict(since, reason, runs), or ``runs`` empty when
+    none is declared.  A committed artifact of a run named there may be stale while its units are being
+    computed, here or on later machines, from the units committed in ``results/<name>.units/``
+    (``tests/test_artifacts.py`` allows nothing else to be stale); the chapter says how far each is."""
+    path = Path(config)
+    if not path.is_absolute():
+        path = REPO_ROOT / path
+    with open(path) as fh:
+        doc = yaml.safe_load(fh)
+    reg = doc.get("regenerating") or {}
+    names = [r.get("name") for r in doc["runs"]]
+    runs = list(reg.get("runs", []))
+    unknown = sorted(set(runs) - set(names))
+    if unknown:
+        raise LongRunError(f"{config}: regenerating names run(s) {unknown} that the sweep does not declare; "
+                           f"runs: {names}")
+    if runs and not (reg.get("since") and reg.get("reason")):
+        raise LongRunError(f"{config}: a declared regeneration needs 'since' (a date) and 'reason'")
+    return dict(since=str(reg.get("since", "")), reason=reg.get("reason", ""), runs=runs)
+
+
+def regeneration_status(config: str | Path = "sweeps/qevict_long.yaml") -> dict:
+    """{run name: :func:`progress`} of every run the sweep declares as regenerating."""
+    reg = regenerating(config)
+    path = Path(config) if Path(config).is_absolute() else REPO_ROOT / config
+    with open(path) as fh:
+        runs = {r["name"]: r for r in yaml.safe_load(fh)["runs"]}
+    return {n: progress(runs[n]) for n in reg["runs"]}
 
 
 def main(argv=None) -> int:
