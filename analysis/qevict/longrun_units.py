@@ -15,12 +15,13 @@ units' tables concatenated in the run's document order, written by :func:`analys
 with the same modules (``longrun.MODULES`` and the model's module) and so the same code hash.
 
 **Units on disk.** Each finished unit is written, as soon as it finishes, to
-``results/<name>.units/<document>.<hash>.unit.pkl`` (committed: a regeneration longer than one
-machine's session goes on from main wherever the same command runs next; see :func:`progress` and the
-sweep's ``regenerating`` declaration) by the driver, whole or not at all
-(:func:`analysis.artifacts.atomic_write`), with its document, model, the code hash of the modules that computed it, a hash of the run's parameters, the
-sha256 of the tuned-settings file, its tables and its compute time.  A rerun of the same entry keeps each
-unit whose code hash and settings hash are current, recomputes the stale ones (saying which and why),
+``results/<name>.units/<document>.<hash>.unit.pkl`` (committed: a regeneration longer than one machine's
+session goes on from main wherever the same command runs next; see :func:`progress` and the sweep's
+``regenerating`` declaration) by the driver, whole or not at all
+(:func:`analysis.artifacts.atomic_write`), with its document, model, the code hash of the modules that
+computed it, a hash of the run's parameters, the sha256 of the tuned-settings file, its tables and its
+compute time.  A rerun of the same entry keeps each unit whose code hash and settings hash are current,
+recomputes the stale ones (saying which and why),
 and computes the missing ones; units left by a run with other parameters are refused (the message says
 to pass ``--fresh`` or remove the folder).  An interrupted run (Ctrl-C, a killed process, a lost machine)
 loses only the units in progress: the same command resumes, and gives the same tables, bit for bit,
