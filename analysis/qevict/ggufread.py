@@ -186,7 +186,7 @@ def read_gguf(path) -> GGUFFile:
     h.pos = len(MAGIC)
     version = h.unpack("<I", "the version")
     if version not in VERSIONS:
-        if version & 0xFFFF == 0 and (version >> 16) in VERSIONS:
+        if int.from_bytes(struct.pack("<I", version), "big") in VERSIONS:
             raise h.fail("big-endian GGUF file: only little-endian GGUF files are supported")
         raise h.fail(f"GGUF version {version} is not supported (this reader reads versions "
                      f"{', '.join(map(str, VERSIONS))}); convert the model again with a current llama.cpp")
