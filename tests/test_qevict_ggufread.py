@@ -24,7 +24,8 @@ SCALARS = [  # (key, writer method, value): each type's extremes
 ]
 ARRAYS = [  # (key, values, element type or None for the writer's default)
     ("a.i32", [1, -2, 3, 2**31 - 1], None), ("a.u8", [0, 7, 255], T.UINT8), ("a.i64", [-2**63, 5], T.INT64),
-    ("a.u64", [2**64 - 1, 0], T.UINT64), ("a.f32", [0.1, -2.5, 1e30], None), ("a.f64", [0.1, 1e300], T.FLOAT64),
+    ("a.u64", [2**64 - 1, 0], T.UINT64), ("a.f32", [0.1, -2.5, 1e30], None),
+    ("a.f64", [0.1, 1e300], T.FLOAT64),
     ("a.bool", [True, False, True], None), ("a.str", ["a", "", "Ġthe", "<0x0A>", "▁▁", "日本"], None),
 ]
 NESTED = [[1, 2], [3, 4, 5]]
@@ -113,7 +114,8 @@ def test_every_value_type_and_tensor_type_as_gguf_reader(tmp_path, alignment):
         assert (t.data_offset - g.data_offset) % align == 0
         assert t.data.tobytes() == arr.tobytes(), name
     q = g.tensors["w.q4k"]
-    assert q.type_name == "Q4_K" and q.shape == (2, 256) and q.data.shape == (2, 144) and q.data.dtype == np.uint8
+    assert q.type_name == "Q4_K" and q.shape == (2, 256)
+    assert q.data.shape == (2, 144) and q.data.dtype == np.uint8
     assert g.tensors["w.f16"].data.dtype == np.float16 and g.tensors["w.f16"].shape == (2, 8)
     assert g.tensors["w.vec"].dims == (7,)
 
