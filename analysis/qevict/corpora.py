@@ -8,6 +8,8 @@ Document specs (strings):
   in source order), English prose with examples;
 * ``code:<m1>+<m2>+...``, ``docs:<m1>+<m2>+...``: several modules joined (blank line between), for
   long documents (8K tokens for SmolLM2, 32K for Gemma 3; see :data:`LONG_DOCUMENTS`);
+* ``needle:<m1>+<m2>+...``: the same with the docstrings of the modules named as haystack, and
+  no fallback (a clear error if they are too short);
 * ``needle:<module>``: multi-key needle-in-a-haystack retrieval (RULER's "multikey NIAH"): the
   module's docstrings (continued with those of :data:`HAYSTACK_FALLBACK` if too short) as haystack,
   ``n_needles`` sentences "The special magic number for <key> is <6 digits>." inserted at seeded
@@ -147,6 +149,14 @@ def load_document(spec: str, tokenizer, n_tokens: int, *, prefill_tokens: int | 
 
 
 def _haystack_tokens(module: str, tokenizer, need: int) -> np.ndarray:
+    if "+" in module:  # several modules named: their docstrings alone, no fallback (issue 29)
+        mods = module.split("+")
+        text = "\n".join(module_docstrings(m) for m in mods)
+        ids = np.r_[_prefix(tokenizer), tokenizer.encode(text)].astype(np.int64)
+        if len(ids) < need:
+            raise ValueError(f"haystack {module!r} too short ({len(ids)} < {need} tokens); join more modules "
+                             f"with '+'")
+        return ids
     parts = [np.r_[_prefix(tokenizer), tokenizer.encode(module_docstrings(module))].astype(np.int64)]
     total = len(parts[0])
     for m in HAYSTACK_FALLBACK:
