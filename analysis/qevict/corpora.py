@@ -681,3 +681,36 @@ EXTRA_GENRES.update({"lit": bible_text, "encyc": encyclopaedia_text, "man": man_
 GENRES = ("code", "docs", "needle") + tuple(EXTRA_GENRES)
 GENRE_LABELS.update({"lit": "literature (World English Bible)", "encyc": "encyclopaedic prose (FOLDOC)",
                      "man": "man pages (roff)"})
+
+
+PYTHON_SOURCES = {  # genre -> what of the running Python's standard library it reads
+    "code": "source files of standard-library modules",
+    "docs": "docstrings of standard-library modules",
+    "needle": "docstrings of standard-library modules, with seeded needle sentences and questions",
+    "ref": "the language reference (pydoc_data.topics)",
+    "news": "IDLE's release notes (idlelib)",
+    "tests": "unit tests of the standard library (Lib/test)",
+}
+
+
+def document_sources(specs) -> "pd.DataFrame":
+    """Where a run's documents come from: one row per genre (in the order of first appearance in
+    ``specs``) with its documents, source, package and version, and licence. Debian genres read
+    their registry entry (data/registry.yaml; nothing is downloaded), the others name the running
+    Python."""
+    import pandas as pd
+
+    rows, seen = [], {}
+    for s in dict.fromkeys(specs):  # each document once (runs on several models share them)
+        kind, _ = parse_spec(s)
+        seen[kind] = seen.get(kind, 0) + 1
+    for kind, n in seen.items():
+        if kind in DEBIAN_SOURCES:
+            e = debian_entry(kind)
+            src, pkg, lic = e["work"], f"Debian {e['package']} {e['version']}", e["licence"]
+        else:
+            src = PYTHON_SOURCES[kind]
+            pkg, lic = f"CPython {platform.python_version()} standard library", "PSF-2.0"
+        rows.append({"genre": GENRE_LABELS.get(kind, kind), "documents (count)": n, "source": src,
+                     "package and version": pkg, "licence": lic})
+    return pd.DataFrame(rows)
