@@ -557,7 +557,7 @@ def roff_text(src: str) -> str:
     example blocks (``.nf``, ``.EX``) and tables (``.TS``) kept line by line, comments, macro
     definitions and formatting requests dropped."""
     out, para = [], []
-    fill, table, tfmt, skip_def = True, False, False, False
+    fill, table, tfmt, skip_def, tag, tab = True, False, False, False, False, "\t"
 
     def flush(blank=True):
         if para:
@@ -589,22 +589,20 @@ def roff_text(src: str) -> str:
             elif req in ("SH", "SS"):
                 flush()
                 out.append(" ".join(args))
-            elif req in ("B", "I", "SM", "SB"):
-                txt = " ".join(args)
+            elif req in ("B", "I", "SM", "SB") or req in _FONT_PAIRS:
+                txt = ("".join if req in _FONT_PAIRS else " ".join)(args)
                 if fill:
                     para.append(txt)
-                else:
-                    out.append(txt)
-            elif req in _FONT_PAIRS:
-                txt = "".join(args)
-                if fill:
-                    para.append(txt)
+                    if tag:  # a .TP tag is a line of its own
+                        flush(blank=False)
+                        tag = False
                 else:
                     out.append(txt)
             elif req in ("PP", "P", "LP", "sp", "HP"):
                 flush()
             elif req in ("br", "TP", "TQ"):
                 flush(blank=False)
+                tag = req != "br"
             elif req == "IP":
                 flush(blank=False)
                 if args:
@@ -617,7 +615,7 @@ def roff_text(src: str) -> str:
                 fill = True
             elif req == "TS":
                 flush()
-                table, tfmt = True, True
+                table, tfmt, tab = True, True, "\t"
             elif req in ("UR", "MT"):
                 para.append(" ".join(args))
             elif req in ("UE", "ME"):
@@ -630,18 +628,24 @@ def roff_text(src: str) -> str:
                 table = False
                 flush()
                 continue
-            if tfmt:
+            if tfmt:  # the options line (";"), then format lines up to one ending in "."
+                m = re.search(r"\btab\s*\((.)\)", line)
+                if m and line.rstrip().endswith(";"):
+                    tab = m.group(1)
                 tfmt = not line.rstrip().endswith(".")
                 continue
             if line.startswith((".", "'")):
                 continue
             line = line.replace("T{", "").replace("T}", "")
-            out.append("  ".join(c.strip() for c in roff_escapes(line).split("\t")).strip())
+            out.append("  ".join(c.strip() for c in roff_escapes(line).split(tab)).strip())
             continue
         txt = roff_escapes(line)
         if fill:
             if txt.strip():
                 para.append(txt.strip())
+                if tag:
+                    flush(blank=False)
+                    tag = False
             else:
                 flush()
         else:
