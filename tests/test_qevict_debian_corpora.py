@@ -61,13 +61,15 @@ def _ztext(books: list[str]) -> tuple[bytes, bytes]:
 
 GEN = ('<div canonical="true" osisID="Gen" sID="b1" type="book"/> <title type="main">Genesis</title> '
        '<div sID="p1" type="x-p"/><chapter n="1" osisID="Gen.1" sID="Gen.1"/><w lemma="strong:H1">In</w> '
-       '<w lemma="strong:H2">the beginning</w>, <w>God</w><note placement="foot">a footnote</note><w>created'
-       '</w> light &amp; dark. <div eID="p1" type="x-p"/><div canonical="true" eID="b1" osisID="Gen" '
+       '<w lemma="strong:H2">the beginning</w>, <w>God</w><note placement="foot">a footnote</note>'
+       '<w>created</w> light &amp; dark. <div eID="p1" type="x-p"/>'
+       '<div canonical="true" eID="b1" osisID="Gen" '
        'type="book"/>')
 PS = ('<div osisID="Ps" sID="b2" type="book"/><chapter osisID="Ps.1" sID="Ps.1"/><lg sID="g1"/>'
       '<l level="1" sID="l1"/>Blessed is the man,<l eID="l1" level="1"/><l level="2" sID="l2"/>nor stands.'
       '<l eID="l2" level="2"/><lg eID="g1"/>')
-MATT = '<div osisID="Matt" sID="b3" type="book"/><chapter osisID="Matt.1" sID="Matt.1"/>The book of the genealogy.'
+MATT = ('<div osisID="Matt" sID="b3" type="book"/><chapter osisID="Matt.1" sID="Matt.1"/>'
+        'The book of the genealogy.')
 
 ROFF = r""".\" SPDX-License-Identifier: Linux-man-pages-copyleft
 .de XX
@@ -139,7 +141,7 @@ def fixture_packages(monkeypatch):
                                        f"{C.SWORD_MODULE}/nt.bzs": nbzs, f"{C.SWORD_MODULE}/nt.bzz": nbzz}),
         "debian_dict_foldoc": _deb({C.FOLDOC_INDEX: index, C.FOLDOC_DICT: dz}),
         "debian_manpages": _deb({f"{m}/man7/tcp.7.gz": gzip.compress(ROFF.encode()),
-                                 f"{m}/man5/proc.5.gz": gzip.compress(b".TH PROC 5\n.SH NAME\nproc \\- files\n"),
+                                 f"{m}/man5/proc.5.gz": gzip.compress(b".TH PROC 5\n.SH NAME\nproc \\- x\n"),
                                  f"{m}/man7/udp.7.gz": gzip.compress(b".so man7/tcp.7\n")},
                                 links={f"{m}/man7/ftm.7.gz": "tcp.7.gz"}),
     }
@@ -165,7 +167,7 @@ def test_ztext_books_and_osis_text(fixture_packages):
     books = C.bible_books()
     assert list(books) == ["Gen", "Ps", "Matt"]  # canonical order, the New Testament after the Old
     gen = books["Gen"]
-    assert gen.startswith("Genesis\n\nChapter 1\n\nIn the beginning, God created the heavens" [:40])
+    assert gen.startswith("Genesis\n\nChapter 1\n\nIn the beginning, God created light")
     assert "footnote" not in gen and "<" not in gen and "light & dark." in gen
     assert books["Ps"] == "Chapter 1\n\nBlessed is the man,\nnor stands.\n"  # poetry: a line each
     text, source = C.bible_text("Gen+Matt")
@@ -203,7 +205,7 @@ def test_roff_text():
 def test_man_pages(fixture_packages):
     assert list(C.man_pages()) == ["proc.5", "tcp.7"]  # the link and the .so stub left out
     text, source = C.man_text("tcp.7+proc.5")
-    assert "TCP protocol" in text and "proc - files" in text and "manpages" in source
+    assert "TCP protocol" in text and "proc - x" in text and "manpages" in source
 
 
 @pytest.mark.parametrize("spec, listing", [

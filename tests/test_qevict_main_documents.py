@@ -38,8 +38,8 @@ def test_main_documents_load_and_are_disjoint(run):
     tok = _tokenizer(r["model"])
     P, D = int(r["prefill_tokens"]), int(r["decode_tokens"])
     n = P + D + 1  # as the runs' pre-check loads them (longrun_units.precheck)
-    docs = {s: C.load_document(s, tok, n, prefill_tokens=P, n_needles=r["n_needles"], n_queries=r["n_queries"],
-                               seed=r["seed"]) for s in r["documents"]}
+    kw = dict(prefill_tokens=P, n_needles=r["n_needles"], n_queries=r["n_queries"], seed=r["seed"])
+    docs = {s: C.load_document(s, tok, n, **kw) for s in r["documents"]}
     assert all(len(d) == n for d in docs.values())
     toks = {s: d.tokens for s, d in docs.items()}
     specs = list(toks)
@@ -52,8 +52,7 @@ def test_main_documents_load_and_are_disjoint(run):
                                 seed=seed).tokens for s in tuned["tuning_documents"]}
     tuning.check_disjoint(tdocs, toks)
     for s in ("lit:Job", "encyc:c", "man:proc.5", specs[-1]):  # determinism
-        again = C.load_document(s, tok, n, prefill_tokens=P, n_needles=r["n_needles"], n_queries=r["n_queries"],
-                                seed=r["seed"])
+        again = C.load_document(s, tok, n, **kw)
         assert again.sha256 == docs[s].sha256
 
 

@@ -697,7 +697,7 @@ PYTHON_SOURCES = {  # genre -> what of the running Python's standard library it 
 }
 
 
-def document_sources(specs) -> "pd.DataFrame":
+def document_sources(specs):
     """Where a run's documents come from: one row per genre (in the order of first appearance in
     ``specs``) with its documents, source, package and version, and licence. Debian genres read
     their registry entry (data/registry.yaml; nothing is downloaded), the others name the running
