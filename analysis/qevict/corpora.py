@@ -8,6 +8,8 @@ Document specs (strings):
   in source order), English prose with examples;
 * ``code:<m1>+<m2>+...``, ``docs:<m1>+<m2>+...``: several modules joined (blank line between), for
   long documents (8K tokens for SmolLM2, 32K for Gemma 3; see :data:`LONG_DOCUMENTS`);
+* ``needle:<m1>+<m2>+...``: the same with the docstrings of the modules named as haystack, and
+  no fallback (a clear error if they are too short);
 * ``needle:<module>``: multi-key needle-in-a-haystack retrieval (RULER's "multikey NIAH"): the
   module's docstrings (continued with those of :data:`HAYSTACK_FALLBACK` if too short) as haystack,
   ``n_needles`` sentences "The special magic number for <key> is <6 digits>." inserted at seeded
@@ -20,10 +22,17 @@ document records its sha256 and the Python version, and the content hash keys th
 from __future__ import annotations
 
 import ast
+import functools
+import gzip
 import hashlib
+import html
 import inspect
+import io
 import platform
+import re
 import sysconfig
+import tarfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -140,6 +149,14 @@ def load_document(spec: str, tokenizer, n_tokens: int, *, prefill_tokens: int | 
 
 
 def _haystack_tokens(module: str, tokenizer, need: int) -> np.ndarray:
+    if "+" in module:  # several modules named: their docstrings alone, no fallback (issue 29)
+        mods = module.split("+")
+        text = "\n".join(module_docstrings(m) for m in mods)
+        ids = np.r_[_prefix(tokenizer), tokenizer.encode(text)].astype(np.int64)
+        if len(ids) < need:
+            raise ValueError(f"haystack {module!r} too short ({len(ids)} < {need} tokens); join more modules "
+                             f"with '+'")
+        return ids
     parts = [np.r_[_prefix(tokenizer), tokenizer.encode(module_docstrings(module))].astype(np.int64)]
     total = len(parts[0])
     for m in HAYSTACK_FALLBACK:
@@ -255,3 +272,449 @@ EXTRA_GENRES = {"ref": reference_text, "news": news_text, "tests": test_source}
 GENRES = ("code", "docs", "needle") + tuple(EXTRA_GENRES)
 GENRE_LABELS = {"code": "source code", "docs": "API prose (docstrings)", "needle": "needle retrieval",
                 "ref": "language reference", "news": "release notes", "tests": "unit tests"}
+
+
+# ----------------------------------------------------------------------------------------------
+# Genres outside Python (issue 29): text read from Debian packages registered in data/registry.yaml
+# (url, sha256, licence; fetched and verified by analysis.data), unpacked here with the standard
+# library (a .deb is an ar archive holding data.tar.xz):
+#   lit:<book>[+<book>...]      literature: the World English Bible (sword-text-web, a SWORD zText
+#                               module: zlib blocks, one per book, indexed by ot.bzs/nt.bzs), books by
+#                               OSIS id (Gen, Exod, Job, ...), OSIS markup and footnotes stripped
+#   encyc:<letter>[-<letter>]   encyclopaedic prose: FOLDOC (dict-foldoc, a dictd database), the entries
+#                               whose headword starts with those letters, in the dictionary's order,
+#                               "{cross-reference}" braces removed
+#   man:<page>.<section>[+...]  structured text: Linux man pages (manpages, roff), rendered to plain
+#                               text (requests and font escapes removed, fill mode joined into lines)
+# ----------------------------------------------------------------------------------------------
+
+DEBIAN_SOURCES = {"lit": "debian_sword_text_web", "encyc": "debian_dict_foldoc", "man": "debian_manpages"}
+SWORD_MODULE = "usr/share/sword/modules/texts/ztext/engWEB2015eb"
+FOLDOC_DICT = "usr/share/dictd/foldoc.dict.dz"
+FOLDOC_INDEX = "usr/share/dictd/foldoc.index"
+MAN_DIR = "usr/share/man"
+
+
+def ar_members(data: bytes) -> dict[str, bytes]:
+    """Members of a Unix ``ar`` archive (the container of a .deb) by name."""
+    if not data.startswith(b"!<arch>\n"):
+        raise ValueError("not an ar archive (a .deb starts with '!<arch>\\n')")
+    out, pos = {}, 8
+    while pos + 60 <= len(data):
+        head = data[pos:pos + 60]
+        if head[58:60] != b"`\n":
+            raise ValueError(f"corrupt ar member header at byte {pos}")
+        name = head[:16].decode("ascii").strip().rstrip("/")
+        size = int(head[48:58].decode("ascii").strip())
+        out[name] = data[pos + 60:pos + 60 + size]
+        pos += 60 + size + (size & 1)
+    return out
+
+
+def deb_files(data: bytes) -> dict[str, bytes]:
+    """The regular files of a .deb's ``data.tar`` (xz, gzip or uncompressed) by path without the
+    leading ``./``; links and directories are left out."""
+    members = ar_members(data)
+    names = [n for n in members if n.startswith("data.tar")]
+    if not names:
+        raise ValueError(f"no data.tar member in the .deb (members: {', '.join(members)})")
+    name = names[0]
+    mode = {"data.tar.xz": "r:xz", "data.tar.gz": "r:gz", "data.tar": "r:"}.get(name)
+    if mode is None:
+        raise ValueError(f"{name}: unsupported compression (xz, gzip or none)")
+    out = {}
+    with tarfile.open(fileobj=io.BytesIO(members[name]), mode=mode) as tar:
+        for m in tar.getmembers():
+            if m.isfile():
+                out[m.name.removeprefix("./")] = tar.extractfile(m).read()
+    return out
+
+
+def debian_entry(kind: str) -> dict:
+    """Registry entry (data/registry.yaml) of the Debian package behind genre ``kind``."""
+    from analysis import data
+
+    return data.registry()[DEBIAN_SOURCES[kind]]
+
+
+@functools.lru_cache(maxsize=None)
+def _package_files(name: str) -> dict[str, bytes]:
+    from analysis import data
+
+    return deb_files(data.path(name).read_bytes())
+
+
+def package_files(kind: str) -> dict[str, bytes]:
+    """Files of the (verified, cached) package of genre ``kind``."""
+    return _package_files(DEBIAN_SOURCES[kind])
+
+
+def _source(kind: str, what: str) -> str:
+    e = debian_entry(kind)
+    return f"Debian {e['package']} {e['version']}: {what}"
+
+
+# --- literature: SWORD zText ------------------------------------------------------------------
+
+def ztext_blocks(bzs: bytes, bzz: bytes) -> list[str]:
+    """The decompressed blocks of a SWORD zText testament: ``.bzs`` holds one (offset, size,
+    uncompressed size) little-endian uint32 triple per block of ``.bzz`` (zlib streams)."""
+    if len(bzs) % 12:
+        raise ValueError(f"block index of {len(bzs)} bytes is not a whole number of 12-byte entries")
+    out = []
+    for off, size, usize in np.frombuffer(bzs, "<u4").reshape(-1, 3).tolist():
+        raw = zlib.decompress(bzz[off:off + size]) if size else b""
+        if len(raw) != usize:
+            raise ValueError(f"zText block at {off}: {len(raw)} bytes, index says {usize}")
+        out.append(raw.decode("utf-8"))
+    return out
+
+
+_BOOK_DIV = re.compile(r'<div\b[^>]*\bosisID="([^"]+)"[^>]*\bsID="([^"]+)"[^>]*\btype="book"[^>]*/>')
+
+
+def books_of(blocks) -> dict[str, str]:
+    """OSIS book id -> the book's OSIS markup: from the milestone that opens its book division
+    (``<div osisID=.. sID=.. type="book"/>``) to the one that closes it (same ``eID``), else to the
+    next book or the end of the block."""
+    books = {}
+    for blk in blocks:
+        marks = list(_BOOK_DIV.finditer(blk))
+        for m, nxt in zip(marks, marks[1:] + [None]):
+            stop = nxt.start() if nxt else len(blk)
+            end = re.search(rf'<div\b[^>]*\beID="{re.escape(m.group(2))}"[^>]*/>', blk[m.end():stop])
+            books[m.group(1)] = blk[m.start():m.end() + end.start() if end else stop]
+    return books
+
+
+def osis_text(xml: str) -> str:
+    """Plain text of OSIS markup: footnotes dropped, titles and chapters on lines of their own
+    ("Chapter N"), paragraph divisions as blank lines, poetry lines as lines, other tags removed."""
+    s = re.sub(r"<note\b.*?</note>", " ", xml, flags=re.S)  # its place: often the only space between words
+    s = re.sub(r"<title\b[^>]*>(.*?)</title>", r"\n\n\1\n\n", s, flags=re.S)
+    s = re.sub(r'<chapter\b[^>]*\bosisID="[^".]+\.(\d+)"[^>]*/>', r"\n\nChapter \1\n\n", s)
+    s = re.sub(r'<div\b[^>]*\btype="x-p"[^>]*/>', "\n\n", s)
+    s = re.sub(r"<l\b[^>]*\beID=[^>]*/>", "", s)  # a poetry line ends where the next starts
+    s = re.sub(r"<lg\b[^>]*/>", "\n\n", s)  # stanzas
+    s = re.sub(r"<(?:l|lb|item|list)\b[^>]*/?>|</(?:l|lg|item|list)>", "\n", s)
+    s = re.sub(r'<milestone\b[^>]*type="x-usfm-[^"]*"[^>]*/>', "", s)
+    s = re.sub(r"<[^>]+>", "", s)
+    s = re.sub(r"[ \t]+(?=[.,;:!?)\]\u2019\u201d])", "", s)  # no space before closing punctuation
+    return _tidy(html.unescape(s))
+
+
+def _tidy(s: str) -> str:
+    s = re.sub(r"[ \t]+", " ", s)
+    s = re.sub(r" *\n *", "\n", s)
+    s = re.sub(r"\n{3,}", "\n\n", s)
+    return s.strip() + "\n"
+
+
+@functools.lru_cache(maxsize=None)
+def bible_books() -> dict[str, str]:
+    """OSIS book id -> plain text, in canonical order (Old Testament with the deuterocanon, then New)."""
+    files = package_files("lit")
+    blocks = []
+    for t in ("ot", "nt"):
+        bzs, bzz = (files.get(f"{SWORD_MODULE}/{t}.{x}") for x in ("bzs", "bzz"))
+        if bzs is None or bzz is None:
+            raise ValueError(f"{DEBIAN_SOURCES['lit']}: no zText module at {SWORD_MODULE}/{t}.bzs")
+        blocks += ztext_blocks(bzs, bzz)
+    return {b: osis_text(x) for b, x in books_of(blocks).items()}
+
+
+def bible_text(spec: str) -> tuple[str, str]:
+    books = bible_books()
+    names = spec.split("+")
+    bad = [b for b in names if b not in books]
+    if bad or not all(names):
+        raise ValueError(f"no book {', '.join(map(repr, bad or ['']))} in the World English Bible; books "
+                         f"(OSIS ids, join with '+'): {', '.join(books)}")
+    return "\n\n".join(books[b] for b in names), _source("lit", f"World English Bible, {spec}")
+
+
+# --- encyclopaedic prose: FOLDOC --------------------------------------------------------------
+
+_B64 = {c: i for i, c in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")}
+
+
+def dictd_number(s: str) -> int:
+    """A dictd index number (base 64, digits A-Z a-z 0-9 + /)."""
+    n = 0
+    for c in s:
+        if c not in _B64:
+            raise ValueError(f"bad dictd index number {s!r}")
+        n = n * 64 + _B64[c]
+    return n
+
+
+def dictd_entries(index: str, text: bytes) -> list[tuple[str, str]]:
+    """(headword, entry text) of a dictd database, each entry once (aliases share an entry), in
+    the order of the data file; the ``00-database-*`` header entries are left out."""
+    spans = {}
+    for ln in index.splitlines():
+        parts = ln.split("\t")
+        if len(parts) != 3:
+            continue
+        word, off, size = parts[0], dictd_number(parts[1]), dictd_number(parts[2])
+        if word.startswith("00-database") or word.startswith("00database"):
+            continue
+        spans.setdefault((off, size), word)
+    out = []
+    for (off, size) in sorted(spans):
+        entry = text[off:off + size].decode("utf-8", "replace")
+        out.append((entry.split("\n", 1)[0].strip(), entry))
+    return out
+
+
+def foldoc_plain(entry: str) -> str:
+    """An entry without FOLDOC's "{cross-reference}" braces, each line's indentation kept."""
+    return re.sub(r"\n{3,}", "\n\n", entry.replace("{", "").replace("}", "")).strip("\n") + "\n"
+
+
+@functools.lru_cache(maxsize=None)
+def foldoc_entries() -> list[tuple[str, str]]:
+    files = package_files("encyc")
+    return dictd_entries(files[FOLDOC_INDEX].decode("utf-8"), gzip.decompress(files[FOLDOC_DICT]))
+
+
+def encyclopaedia_text(spec: str) -> tuple[str, str]:
+    m = re.fullmatch(r"([a-z])(?:-([a-z]))?", spec)
+    if not m or (m.group(2) and m.group(2) < m.group(1)):
+        raise ValueError(f"encyclopaedia document {spec!r} must be one letter or a range of letters a-z "
+                         f"('encyc:c', 'encyc:m-n'): FOLDOC's entries whose headword starts with them")
+    lo, hi = m.group(1), m.group(2) or m.group(1)
+    chosen = [e for h, e in foldoc_entries() if h[:1].lower() and lo <= h[:1].lower() <= hi]
+    if not chosen:
+        raise ValueError(f"no FOLDOC entry starts with {spec!r}")
+    return "\n".join(foldoc_plain(e) for e in chosen), _source("encyc", f"FOLDOC entries {spec}")
+
+
+# --- man pages: roff ------------------------------------------------------------------------
+
+ROFF_CHARS = {"em": "\u2014", "en": "\u2013", "aq": "'", "dq": '"', "bu": "\u2022", "rs": "\\", "lq": "\u201c",
+              "rq": "\u201d", "oq": "\u2018", "cq": "\u2019", "co": "\u00a9", "rg": "\u00ae", "ga": "`",
+              "ha": "^", "ti": "~", "mu": "\u00d7", "di": "\u00f7", "+-": "\u00b1", "->": "\u2192",
+              "<-": "\u2190", "<=": "\u2264", ">=": "\u2265", "!=": "\u2260", "de": "\u00b0", "dg": "\u2020",
+              "hy": "-", "lh": "<=", "rh": "=>", "sq": "\u25a1", "ua": "\u2191", "da": "\u2193", "pc": "\u00b7",
+              "tm": "\u2122", "Fo": "\u00ab", "Fc": "\u00bb", "fo": "\u2039", "fc": "\u203a", "sh": "#",
+              "at": "@", "ba": "|", "br": "|", "lB": "[", "rB": "]", "lC": "{", "rC": "}", "ss": "\u00df",
+              "ae": "\u00e6", "oe": "\u0153", "ul": "_", "rn": "\u203e", "eu": "\u20ac", "Eu": "\u20ac"}
+_ESC = re.compile(r"\\(?:\((..)|\[([^\]]*)\]|\*(?:\(..|\[[^\]]*\]|.)|f(?:\(..|\[[^\]]*\]|.)"
+                   r"|s[-+]?\d|n(?:\(..|\[[^\]]*\]|.)|(.))", re.S)
+_FONT_PAIRS = {"BR", "BI", "IR", "IB", "RB", "RI"}
+
+
+def _roff_char(name: str) -> str:
+    if name in ROFF_CHARS:
+        return ROFF_CHARS[name]
+    m = re.fullmatch(r"u([0-9A-Fa-f]{4,6})", name or "")
+    return chr(int(m.group(1), 16)) if m else ""
+
+
+def roff_escapes(s: str) -> str:
+    """Text of a roff line: special characters named (``\\(em``, ``\\[u00E9]``), font, size, string and
+    register escapes removed, ``\\-`` ``\\e`` ``\\&`` and the space escapes resolved."""
+    def rep(m):
+        if m.group(1) is not None:
+            return _roff_char(m.group(1))
+        if m.group(2) is not None:
+            return _roff_char(m.group(2))
+        c = m.group(3)
+        if c is None:
+            return ""  # \f, \s, \*, \n
+        return {"-": "-", "e": "\\", "\\": "\\", " ": " ", "~": " ", "0": " ", "'": "'", "`": "`",
+                ".": ".", '"': ""}.get(c, "")
+
+    return _ESC.sub(rep, s)
+
+
+def _roff_args(s: str) -> list[str]:
+    out, cur, q, i = [], "", False, 0
+    while i < len(s):
+        c = s[i]
+        if c == '"' and q and s[i + 1:i + 2] == '"':
+            cur += '"'
+            i += 2
+            continue
+        if c == '"':
+            q = not q
+        elif c in " \t" and not q:
+            if cur:
+                out.append(cur)
+            cur = ""
+        else:
+            cur += c
+        i += 1
+    if cur:
+        out.append(cur)
+    return out
+
+
+def roff_text(src: str) -> str:
+    """Plain text of a man page in roff (the man macros): headings (``.SH``/``.SS``) and tagged
+    paragraphs on lines of their own, fill-mode text joined into one line per paragraph, no-fill and
+    example blocks (``.nf``, ``.EX``) and tables (``.TS``) kept line by line, comments, macro
+    definitions and formatting requests dropped."""
+    out, para = [], []
+    fill, table, tfmt, skip_def, tag, tab = True, False, False, False, False, "\t"
+
+    def flush(blank=True):
+        if para:
+            out.append(" ".join(para))
+            para.clear()
+        if blank and out and out[-1] != "":
+            out.append("")
+
+    for raw in src.splitlines():
+        line = raw.rstrip()
+        if skip_def:
+            skip_def = line != ".."
+            continue
+        if line.startswith((".\\\"", "'\\\"", '.\\"', "\\\"")) or line == ".":
+            continue
+        line = re.sub(r'(?<!\\)\\".*', "", line)  # trailing comment
+        if line.startswith((".", "'")) and not table:
+            m = re.match(r"[.']\s*(\S+)\s*(.*)", line)
+            if not m:
+                continue
+            req, rest = m.group(1), m.group(2)
+            args = [roff_escapes(a) for a in _roff_args(rest)]
+            if req in ("de", "de1", "am", "ig"):
+                skip_def = True
+            elif req == "TH":
+                flush()
+                out.append(f"{args[0]}({args[1]})" if len(args) > 1 else " ".join(args))
+                out.append("")
+            elif req in ("SH", "SS"):
+                flush()
+                out.append(" ".join(args))
+            elif req in ("B", "I", "SM", "SB") or req in _FONT_PAIRS:
+                txt = ("".join if req in _FONT_PAIRS else " ".join)(args)
+                if fill:
+                    para.append(txt)
+                    if tag:  # a .TP tag is a line of its own
+                        flush(blank=False)
+                        tag = False
+                else:
+                    out.append(txt)
+            elif req in ("PP", "P", "LP", "sp", "HP"):
+                flush()
+            elif req in ("br", "TP", "TQ"):
+                flush(blank=False)
+                tag = req != "br"
+            elif req == "IP":
+                flush(blank=False)
+                if args:
+                    para.append(args[0])
+            elif req in ("nf", "EX"):
+                flush()
+                fill = False
+            elif req in ("fi", "EE"):
+                flush()
+                fill = True
+            elif req == "TS":
+                flush()
+                table, tfmt, tab = True, True, "\t"
+            elif req in ("UR", "MT"):
+                para.append(" ".join(args))
+            elif req in ("UE", "ME"):
+                if args:
+                    para[-1:] = [(para[-1] if para else "") + "".join(args)]
+            # every other request (.RS .RE .in .ad .na .nh .ft .ne .ds .nr .if .so ...) prints nothing
+            continue
+        if table:
+            if line.startswith(".TE"):
+                table = False
+                flush()
+                continue
+            if tfmt:  # the options line (";"), then format lines up to one ending in "."
+                m = re.search(r"\btab\s*\((.)\)", line)
+                if m and line.rstrip().endswith(";"):
+                    tab = m.group(1)
+                tfmt = not line.rstrip().endswith(".")
+                continue
+            if line.startswith((".", "'")):
+                continue
+            line = line.replace("T{", "").replace("T}", "")
+            out.append("  ".join(c.strip() for c in roff_escapes(line).split(tab)).strip())
+            continue
+        txt = roff_escapes(line)
+        if fill:
+            if txt.strip():
+                para.append(txt.strip())
+                if tag:
+                    flush(blank=False)
+                    tag = False
+            else:
+                flush()
+        else:
+            out.append(txt)
+    flush()
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(out)).strip() + "\n"
+
+
+@functools.lru_cache(maxsize=None)
+def man_pages() -> dict[str, str]:
+    """``<page>.<section>`` -> roff source of every man page of the package that is a page of its own
+    (symbolic links and ``.so`` redirections left out), in order of section, then name."""
+    out = {}
+    for path, raw in package_files("man").items():
+        m = re.fullmatch(rf"{MAN_DIR}/man([1-9])/(.+)\.\1\.gz", path)
+        if not m:
+            continue
+        src = gzip.decompress(raw).decode("utf-8", "replace")
+        if re.match(r"\s*\.so\s", src):
+            continue
+        out[f"{m.group(2)}.{m.group(1)}"] = src
+    return dict(sorted(out.items(), key=lambda kv: (kv[0].rsplit(".", 1)[1], kv[0])))
+
+
+def man_text(spec: str) -> tuple[str, str]:
+    pages = man_pages()
+    names = spec.split("+")
+    bad = [p for p in names if p not in pages]
+    if bad or not all(names):
+        listing = ", ".join(pages)
+        raise ValueError(f"no man page {', '.join(map(repr, bad or ['']))} in Debian's manpages package; "
+                         f"pages (<name>.<section>, join with '+'): {listing}")
+    return "\n\n".join(roff_text(pages[p]) for p in names), _source("man", f"man pages {spec}")
+
+
+EXTRA_GENRES.update({"lit": bible_text, "encyc": encyclopaedia_text, "man": man_text})
+GENRES = ("code", "docs", "needle") + tuple(EXTRA_GENRES)
+GENRE_LABELS.update({"lit": "literature (World English Bible)", "encyc": "encyclopaedic prose (FOLDOC)",
+                     "man": "man pages (roff)"})
+
+
+PYTHON_SOURCES = {  # genre -> what of the running Python's standard library it reads
+    "code": "source files of standard-library modules",
+    "docs": "docstrings of standard-library modules",
+    "needle": "docstrings of standard-library modules, with seeded needle sentences and questions",
+    "ref": "the language reference (pydoc_data.topics)",
+    "news": "IDLE's release notes (idlelib)",
+    "tests": "unit tests of the standard library (Lib/test)",
+}
+
+
+def document_sources(specs):
+    """Where a run's documents come from: one row per genre (in the order of first appearance in
+    ``specs``) with its documents, source, package and version, and licence. Debian genres read
+    their registry entry (data/registry.yaml; nothing is downloaded), the others name the running
+    Python."""
+    import pandas as pd
+
+    rows, seen = [], {}
+    for s in dict.fromkeys(specs):  # each document once (runs on several models share them)
+        kind, _ = parse_spec(s)
+        seen[kind] = seen.get(kind, 0) + 1
+    for kind, n in seen.items():
+        if kind in DEBIAN_SOURCES:
+            e = debian_entry(kind)
+            src, pkg, lic = e["work"], f"Debian {e['package']} {e['version']}", e["licence"]
+        else:
+            src = PYTHON_SOURCES[kind]
+            pkg, lic = f"CPython {platform.python_version()} standard library", "PSF-2.0"
+        rows.append({"genre": GENRE_LABELS.get(kind, kind), "documents (count)": n, "source": src,
+                     "package and version": pkg, "licence": lic})
+    return pd.DataFrame(rows)
