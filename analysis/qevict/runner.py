@@ -133,142 +133,224 @@ def run_document(model, tokens, prefill_tokens: int, decode_tokens: int, policie
     cfg = getattr(model, "kv_cfg", model.cfg)  # the layers the policies manage (Gemma: the global ones)
     tokens = np.asarray(tokens, dtype=np.int64)
     P, D, W = int(prefill_tokens), int(decode_tokens), pcfg.window
+    _check_lengths(cfg, len(tokens), P, D, W)  # before any work
+    streams, cfgs = _build_streams(policies, budgets, include_full, pcfg, overrides or {}, extra_streams)
+    free = _free_running_mask(len(tokens), P, free_run_spans)
+    t0 = time.perf_counter()
+    pre, stats = _prefill(model, tokens[:P], cfg, pcfg)
+    t_prefill = time.perf_counter() - t0
+    cache = _open_cache(model, cfg, pre, len(streams), P + D, pcfg, engine)
+    del pre
+    pols = _start_policies(streams, cfgs, cache, stats)
+    trace = _Trace.empty(D, cache, record_tiers)
+    _redecide(cache, pols, P // W, trace)
+    t1 = time.perf_counter()
+    with _blas_threads(DECODE_BLAS_THREADS):
+        _decode_loop(model, tokens, free, cache, pols, trace, P, D, W, verbose=verbose, t1=t1)
+    return _result(streams, cache, pols, trace, P, D, W, free_run_spans, t_prefill=t_prefill, t1=t1)
+
+
+def _check_lengths(cfg, n_tokens: int, P: int, D: int, W: int) -> None:
+    """Reject a prefill that is not whole windows, a run beyond the model context or a short document."""
     if P % W:
         raise ValueError(f"prefill_tokens ({P}) must be a multiple of the window ({W})")
-    if P + D > cfg.context_length:  # before any work
+    if P + D > cfg.context_length:
         raise ValueError(f"prefill + decode = {P + D} exceeds the model context {cfg.context_length}")
-    if len(tokens) < P + D + 1:
-        raise ValueError(f"document has {len(tokens)} tokens, needs prefill + decode + 1 = {P + D + 1}")
+    if n_tokens < P + D + 1:
+        raise ValueError(f"document has {n_tokens} tokens, needs prefill + decode + 1 = {P + D + 1}")
+
+
+def _build_streams(policies, budgets, include_full, pcfg, overrides, extra_streams):
+    """([(policy, frac)], [PolicyConfig]) of every stream, the extra streams last."""
     streams = stream_list(policies, budgets, include_full)
-    overrides = overrides or {}
     cfgs = [overrides.get((p, f), pcfg) for p, f in streams]
     for p, f, c in extra_streams:
         streams.append((p, float(f)))
         cfgs.append(c)
     if not streams:
         raise ValueError("no streams to run")
-    B, L, Hkv = len(streams), cfg.n_layers, cfg.n_kv_heads
-    t0 = time.perf_counter()
-    cap = PrefillCapture(L, cfg.n_heads, P, pcfg.snap_obs_tokens)
-    pre = model.prefill(tokens[:P], logits="none", capture=cap)
-    stats = window_stats(cap, Hkv, W, pcfg.snap_kernel)
-    t_prefill = time.perf_counter() - t0
-    cache = MultiStreamCache(cfg, B, pre["k"], pre["v"], P + D, W,
-                             bits=[0] * B, group=pcfg.group, engine=engine)
-    if hasattr(model, "attach_local"):  # sliding-window layers keep their own window per stream
-        model.attach_local(cache, pre)
-    del pre
-    NW = cache.NW
-    pols = [make_policy(p, f, c, L, Hkv, NW) for (p, f), c in zip(streams, cfgs)]
-    cache.set_bits([p.bits for p in pols])
-    cache.digest_rows[:] = [p.uses_digest for p in pols]
-    for p in pols:
-        p.init(stats)
+    return streams, cfgs
 
-    hot, budget = [], []
-    n_redecide = [0]
 
-    def redecide(nc):
-        h_row, b_row = [], []
-        for b, p in enumerate(pols):
-            new = p.target(cache.tier[b], nc)
-            cache.set_tiers(b, new, promote=p.promote)
-            if p.step_pages is not None:
-                cache.step_pages[b] = p.step_pages
-            hb = cache.hot_bytes(b, nc) + p.extra_device_bytes(nc)
-            h_row.append(int(hb.sum()))
-            b_row.append(p.budget_bytes(nc) * L * Hkv)
-            if p.name != "full" and hb.max() > p.budget_bytes(nc) + 1e-6:
-                raise AssertionError(f"{p.name}@{p.frac}: {hb.max()} bytes > budget {p.budget_bytes(nc)}")
-        hot.append(h_row)
-        budget.append(b_row)
-
-    redecide(P // W)
-    kl = np.zeros((D, B))
-    nll = np.zeros((D, B))
-    top1 = np.zeros((D, B), bool)
-    correct = np.zeros((D, B), bool)
-    argmax = np.zeros((D, B), np.int64)
-    free = np.zeros(len(tokens), bool)
+def _free_running_mask(n_tokens: int, P: int, free_run_spans) -> np.ndarray:
+    """(n_tokens,) bool: the document positions decoded free-running (each span after the prefill)."""
+    free = np.zeros(n_tokens, bool)
     for a_, b_ in free_run_spans:
         if a_ <= P:
             raise ValueError(f"free-running span {a_}:{b_} must start after the prefill ({P})")
         free[a_:b_] = True
-    fmm = np.zeros((D, B, L), np.float32)
-    fmm_ev = np.zeros((D, B, L), np.float32)
-    fmm_q = np.zeros((D, B, L), np.float32)
-    fmm_off = np.zeros((D, B, L), np.float32)
-    dev_b = np.zeros((D, B))
-    off_b = np.zeros((D, B))
-    st_rb = np.zeros((D, B))
-    st_rn = np.zeros((D, B))
-    attn_full = np.zeros((D, L, Hkv, NW), np.float32)
-    tiers = [] if record_tiers else None
+    return free
 
-    def _decode_loop():
-        for s in range(D):
-            pos = P + s
-            rb0, rn0 = cache.recall_bytes.copy(), cache.recall_transfers.copy()
-            token = argmax[s - 1] if free[pos] else int(tokens[pos])  # own prediction inside a span
-            logits = model.decode_step(token, pos, cache).astype(np.float64)
-            lp = logits - logits.max(-1, keepdims=True)
-            lp -= np.log(np.exp(lp).sum(-1, keepdims=True))
-            p0 = np.exp(lp[0])
-            kl[s] = (p0 * (lp[0] - lp)).sum(-1)
-            tgt = int(tokens[pos + 1])
-            nll[s] = -lp[:, tgt]
-            am = logits.argmax(-1)
-            argmax[s] = am
-            top1[s] = am == am[0]
-            correct[s] = am == tgt
-            A = cache.win_attn[:, 0]  # (L, Hkv, NW) full-cache attention
-            attn_full[s] = A
-            unread_off = (cache.tier == OFFLOADED) & ~cache.loaded  # (B, L, Hkv, NW)
-            notfull = (cache.tier != FULL) & ~cache.loaded  # windows not yet closed are FULL
-            ev = (cache.tier == EVICTED) | unread_off
-            fmm[s] = np.einsum("blhw,lhw->bl", notfull, A, optimize=True) / Hkv
-            fmm_ev[s] = np.einsum("blhw,lhw->bl", ev, A, optimize=True) / Hkv
-            fmm_q[s] = np.einsum("blhw,lhw->bl", cache.tier == QUANT, A, optimize=True) / Hkv
-            fmm_off[s] = np.einsum("blhw,lhw->bl", unread_off, A, optimize=True) / Hkv
-            nc_now = pos // W  # windows closed before this step's token (the open window holds it)
-            for b in range(B):
-                dev_b[s, b] = cache.device_bytes(b, nc_now)
-                off_b[s, b] = cache.offdevice_bytes(b, nc_now)
-            if record_tiers:
-                tiers.append(cache.tier.copy())
-            for b, p in enumerate(pols):
-                p.observe(cache.win_attn[:, b])
-                if p.uses_digest:
-                    p.observe_estimate(cache.win_est[:, b])
-            if (pos + 1) % W == 0 and s < D - 1:
-                redecide((pos + 1) // W)
-                n_redecide[0] += 1
-            st_rb[s] = cache.recall_bytes - rb0
-            st_rn[s] = cache.recall_transfers - rn0
-            if verbose and (s + 1) % 32 == 0:
-                ms = (time.perf_counter() - t1) / (s + 1) * 1e3
-                print(f"  step {s + 1}/{D}: {ms:.0f} ms/step", flush=True)
 
-    t1 = time.perf_counter()
-    with _blas_threads(DECODE_BLAS_THREADS):
-        _decode_loop()
+def _prefill(model, prompt, cfg, pcfg: PolicyConfig):
+    """(prefill output, per-window attention statistics) of the shared full-attention prefill."""
+    cap = PrefillCapture(cfg.n_layers, cfg.n_heads, len(prompt), pcfg.snap_obs_tokens)
+    pre = model.prefill(prompt, logits="none", capture=cap)
+    return pre, window_stats(cap, cfg.n_kv_heads, pcfg.window, pcfg.snap_kernel)
+
+
+def _open_cache(model, cfg, pre, n_streams: int, Tmax: int, pcfg: PolicyConfig, engine: str):
+    """The multi-stream cache holding the prefill's keys and values, every stream at full precision."""
+    cache = MultiStreamCache(cfg, n_streams, pre["k"], pre["v"], Tmax, pcfg.window,
+                             bits=[0] * n_streams, group=pcfg.group, engine=engine)
+    if hasattr(model, "attach_local"):  # sliding-window layers keep their own window per stream
+        model.attach_local(cache, pre)
+    return cache
+
+
+def _start_policies(streams, cfgs, cache, stats) -> list:
+    """One policy per stream, initialised on the prefill statistics; sets the cache's bits and digests."""
+    pols = [make_policy(p, f, c, cache.L, cache.Hkv, cache.NW) for (p, f), c in zip(streams, cfgs)]
+    cache.set_bits([p.bits for p in pols])
+    cache.digest_rows[:] = [p.uses_digest for p in pols]
+    for p in pols:
+        p.init(stats)
+    return pols
+
+
+@dataclasses.dataclass
+class _Trace:
+    """What decoding records: per step and stream, and per re-decision (``hot``, ``budget``)."""
+
+    kl: np.ndarray
+    nll: np.ndarray
+    top1: np.ndarray
+    correct: np.ndarray
+    argmax: np.ndarray
+    fmm: np.ndarray
+    fmm_evicted: np.ndarray
+    fmm_quantized: np.ndarray
+    fmm_offloaded: np.ndarray
+    device_bytes: np.ndarray
+    offdevice_bytes: np.ndarray
+    step_recall_bytes: np.ndarray
+    step_recall_transfers: np.ndarray
+    attn_full: np.ndarray
+    tiers: list | None
+    hot: list = dataclasses.field(default_factory=list)
+    budget: list = dataclasses.field(default_factory=list)
+    redecisions: int = 0
+
+    @classmethod
+    def empty(cls, D: int, cache, record_tiers: bool) -> _Trace:
+        """Zeroed arrays for ``D`` steps of the cache's streams (``tiers`` only if recorded)."""
+        B, L, Hkv, NW = cache.B, cache.L, cache.Hkv, cache.NW
+        return cls(
+            kl=np.zeros((D, B)), nll=np.zeros((D, B)), top1=np.zeros((D, B), bool),
+            correct=np.zeros((D, B), bool), argmax=np.zeros((D, B), np.int64),
+            fmm=np.zeros((D, B, L), np.float32), fmm_evicted=np.zeros((D, B, L), np.float32),
+            fmm_quantized=np.zeros((D, B, L), np.float32), fmm_offloaded=np.zeros((D, B, L), np.float32),
+            device_bytes=np.zeros((D, B)), offdevice_bytes=np.zeros((D, B)),
+            step_recall_bytes=np.zeros((D, B)), step_recall_transfers=np.zeros((D, B)),
+            attn_full=np.zeros((D, L, Hkv, NW), np.float32), tiers=[] if record_tiers else None)
+
+
+def _redecide(cache, pols, nc: int, trace: _Trace) -> None:
+    """Each policy re-tiers its stream over ``nc`` closed windows; records hot and budget bytes."""
+    h_row, b_row = [], []
+    for b, p in enumerate(pols):
+        new = p.target(cache.tier[b], nc)
+        cache.set_tiers(b, new, promote=p.promote)
+        if p.step_pages is not None:
+            cache.step_pages[b] = p.step_pages
+        hb = cache.hot_bytes(b, nc) + p.extra_device_bytes(nc)
+        h_row.append(int(hb.sum()))
+        b_row.append(p.budget_bytes(nc) * cache.L * cache.Hkv)
+        if p.name != "full" and hb.max() > p.budget_bytes(nc) + 1e-6:
+            raise AssertionError(f"{p.name}@{p.frac}: {hb.max()} bytes > budget {p.budget_bytes(nc)}")
+    trace.hot.append(h_row)
+    trace.budget.append(b_row)
+
+
+def _decode_loop(model, tokens, free, cache, pols, trace: _Trace, P: int, D: int, W: int, *,
+                 verbose: bool, t1: float) -> None:
+    """``D`` lockstep decoding steps, each recorded in ``trace``; re-decides as each window closes."""
+    for s in range(D):
+        pos = P + s
+        rb0, rn0 = cache.recall_bytes.copy(), cache.recall_transfers.copy()
+        token = trace.argmax[s - 1] if free[pos] else int(tokens[pos])  # own prediction inside a span
+        logits = model.decode_step(token, pos, cache).astype(np.float64)
+        _score_step(trace, s, logits, int(tokens[pos + 1]))
+        _record_missed_mass(trace, s, cache)
+        _record_bytes(trace, s, cache, pos // W)  # windows closed before this step's token
+        _observe(pols, cache)
+        if (pos + 1) % W == 0 and s < D - 1:
+            _redecide(cache, pols, (pos + 1) // W, trace)
+            trace.redecisions += 1
+        trace.step_recall_bytes[s] = cache.recall_bytes - rb0
+        trace.step_recall_transfers[s] = cache.recall_transfers - rn0
+        if verbose and (s + 1) % 32 == 0:
+            ms = (time.perf_counter() - t1) / (s + 1) * 1e3
+            print(f"  step {s + 1}/{D}: {ms:.0f} ms/step", flush=True)
+
+
+def _score_step(trace: _Trace, s: int, logits: np.ndarray, tgt: int) -> None:
+    """KL to stream 0, NLL of the target, greedy prediction and its agreement at step ``s``."""
+    lp = logits - logits.max(-1, keepdims=True)
+    lp -= np.log(np.exp(lp).sum(-1, keepdims=True))
+    p0 = np.exp(lp[0])
+    trace.kl[s] = (p0 * (lp[0] - lp)).sum(-1)
+    trace.nll[s] = -lp[:, tgt]
+    am = logits.argmax(-1)
+    trace.argmax[s] = am
+    trace.top1[s] = am == am[0]
+    trace.correct[s] = am == tgt
+
+
+def _record_missed_mass(trace: _Trace, s: int, cache) -> None:
+    """Full-cache attention at step ``s`` and its mass on the windows each stream cannot read fully."""
+    Hkv = cache.Hkv
+    A = cache.win_attn[:, 0]  # (L, Hkv, NW) full-cache attention
+    trace.attn_full[s] = A
+    unread_off = (cache.tier == OFFLOADED) & ~cache.loaded  # (B, L, Hkv, NW)
+    notfull = (cache.tier != FULL) & ~cache.loaded  # windows not yet closed are FULL
+    ev = (cache.tier == EVICTED) | unread_off
+    trace.fmm[s] = np.einsum("blhw,lhw->bl", notfull, A, optimize=True) / Hkv
+    trace.fmm_evicted[s] = np.einsum("blhw,lhw->bl", ev, A, optimize=True) / Hkv
+    trace.fmm_quantized[s] = np.einsum("blhw,lhw->bl", cache.tier == QUANT, A, optimize=True) / Hkv
+    trace.fmm_offloaded[s] = np.einsum("blhw,lhw->bl", unread_off, A, optimize=True) / Hkv
+
+
+def _record_bytes(trace: _Trace, s: int, cache, nc_now: int) -> None:
+    """Device and off-device bytes of each stream at step ``s`` (and its tiers, if recorded)."""
+    for b in range(cache.B):
+        trace.device_bytes[s, b] = cache.device_bytes(b, nc_now)
+        trace.offdevice_bytes[s, b] = cache.offdevice_bytes(b, nc_now)
+    if trace.tiers is not None:
+        trace.tiers.append(cache.tier.copy())
+
+
+def _observe(pols, cache) -> None:
+    """Each policy observes its stream's attention at this step (and its digest estimate)."""
+    for b, p in enumerate(pols):
+        p.observe(cache.win_attn[:, b])
+        if p.uses_digest:
+            p.observe_estimate(cache.win_est[:, b])
+
+
+def _result(streams, cache, pols, trace: _Trace, P: int, D: int, W: int, free_run_spans, *,
+            t_prefill: float, t1: float) -> dict:
+    """The result dict of :func:`run_document` from the trace, the cache and the timings."""
+    B, L, Hkv = len(streams), cache.L, cache.Hkv
     nc_end = (P + D) // W
-
     out = dict(
-        streams=streams, kl=kl, nll=nll, top1=top1, correct=correct, fmm=fmm, fmm_evicted=fmm_ev,
-        fmm_quantized=fmm_q, fmm_offloaded=fmm_off, device_bytes=dev_b, offdevice_bytes=off_b,
-        step_recall_bytes=st_rb, step_recall_transfers=st_rn, recall_transfers=cache.recall_transfers.copy(),
+        streams=streams, kl=trace.kl, nll=trace.nll, top1=trace.top1, correct=trace.correct, fmm=trace.fmm,
+        fmm_evicted=trace.fmm_evicted, fmm_quantized=trace.fmm_quantized,
+        fmm_offloaded=trace.fmm_offloaded, device_bytes=trace.device_bytes,
+        offdevice_bytes=trace.offdevice_bytes, step_recall_bytes=trace.step_recall_bytes,
+        step_recall_transfers=trace.step_recall_transfers, recall_transfers=cache.recall_transfers.copy(),
         full_bytes_step=((P + np.arange(D)) // W + 1) * float(cache.F * L * Hkv),
-        attn_full=attn_full, hot_bytes=np.array(hot, float), budget_bytes=np.array(budget, float),
+        attn_full=trace.attn_full, hot_bytes=np.array(trace.hot, float),
+        budget_bytes=np.array(trace.budget, float),
         tier_bytes=[cache.tier_bytes(b, nc_end) for b in range(B)],
         recall_bytes=cache.recall_bytes.copy(), offload_bytes=cache.offload_bytes.copy(),
         promotions=cache.n_promotions.copy(), fits=np.array([p.fits for p in pols]),
-        redecisions=n_redecide[0], argmax=argmax, free_run_spans=list(free_run_spans),
+        redecisions=trace.redecisions, argmax=trace.argmax, free_run_spans=list(free_run_spans),
         full_bytes_end=float(nc_end * cache.F * L * Hkv), prefill_tokens=P, decode_tokens=D, window=W,
         seconds_prefill=t_prefill, seconds_decode=time.perf_counter() - t1,
     )
-    if record_tiers:
-        out["tiers"] = np.array(tiers)
+    if trace.tiers is not None:
+        out["tiers"] = np.array(trace.tiers)
     return out
 
 
