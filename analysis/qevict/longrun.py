@@ -30,7 +30,8 @@ MODELS = ("smollm2", "gemma3-270m")
 MODULES = ["analysis.qevict.runner", "analysis.qevict.kvcache", "analysis.qevict.policies",
            "analysis.qevict.quant", "analysis.qevict.corpora", "analysis.qevict.tokenizer",
            "analysis.qevict.metrics",
-           "analysis.qevict.longrun", "analysis.qevict.kernels", "analysis.qevict.verdicts"]
+           "analysis.qevict.longrun", "analysis.qevict.kernels", "analysis.qevict.verdicts",
+           "analysis.qevict.lmhead"]  # lmhead: both models' output head (with MODEL_MODULES)
 # the drift rule's sensitivities that need each document's attention (the others act on the table)
 DRIFT_ENDS = {"top share of windows": "budget", "shuffle block (steps)": "block"}
 MODEL_MODULES = {"smollm2": "analysis.qevict.gguf_model", "gemma3-270m": "analysis.qevict.gemma_model"}
