@@ -110,11 +110,6 @@ def _traffic_columns(result: dict, i: int) -> dict:
     )
 
 
-def fmm_by_step(result: dict) -> np.ndarray:
-    """(D, B) FMM per step (mean over layers)."""
-    return result["fmm"].mean(-1)
-
-
 def global_lir(attn_full: np.ndarray, prefill_tokens: int, window: int, gap: int, tau: float = 1.0,
                sink_windows: int = 1) -> pd.DataFrame:
     """Global LIR per layer from the full-cache window attention ``attn_full`` (D, L, Hkv, NW)."""
