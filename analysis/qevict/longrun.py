@@ -1,6 +1,8 @@
 """Chapter 4's long-context runs, too long for the book build, as committed artifacts.
 
-    python -m analysis.qevict.longrun sweeps/qevict_long.yaml [--only NAME ...]     (= make long)
+Computed by :mod:`analysis.qevict.longrun_units` (``python -m analysis.qevict.longrun_units
+sweeps/qevict_long.yaml``, = make long), which runs :func:`execute` one document at a time after
+:func:`prepare` has checked the whole run.
 
 Each entry of the YAML's ``runs`` is one artifact ``results/<name>/``: a ``summary`` table (one row
 per document, policy and budget: the outcomes of :func:`analysis.qevict.metrics.summarize_run` plus
@@ -147,23 +149,30 @@ def _worker(i: int):
         return _run_one(i)
 
 
-def execute(run: dict, *, verbose: bool = True, jobs: int = 1) -> dict:
-    """Run one entry; returns {table name: DataFrame}.  ``jobs`` > 1: the documents run in that many
-    forked processes at once (one BLAS thread each); the results do not depend on it."""
+def prepare(run: dict) -> dict:
+    """Everything checked before any work (:func:`check_run`; the model loaded, every document long
+    enough, the tuned settings covering the budgets, no evaluation document overlapping a tuning one):
+    {r (the checked run), model, tok, docs, pcfg, overrides, settings} for :func:`execute`."""
     from .corpora import load_document
     from .experiment import policy_config
 
     r = check_run(run)
     model, tok = load(r["model"])
     P, D = int(r["prefill_tokens"]), int(r["decode_tokens"])
-    p = dict(r)
-    p["head_dim"] = model.cfg.head_dim
-    pcfg = policy_config(p)
+    pcfg = policy_config(dict(r, head_dim=model.cfg.head_dim))
     docs = [load_document(s, tok, P + D + 1, prefill_tokens=P, n_needles=r["n_needles"],
                           n_queries=r["n_queries"], seed=r["seed"])
             for s in r["documents"]]  # every document is checked before any run
     over, settings = frozen_settings(r, tok, pcfg, docs)
-    _JOB.update(r=r, model=model, tok=tok, docs=docs, pcfg=pcfg, verbose=verbose, overrides=over)
+    return dict(r=r, model=model, tok=tok, docs=docs, pcfg=pcfg, overrides=over, settings=settings)
+
+
+def execute(run: dict, *, verbose: bool = True, jobs: int = 1) -> dict:
+    """Run one entry; returns {table name: DataFrame}.  ``jobs`` > 1: the documents run in that many
+    forked processes at once (one BLAS thread each); the results do not depend on it."""
+    job = prepare(run)
+    docs, settings = job["docs"], job["settings"]
+    _JOB.update(job, verbose=verbose)
     try:
         if jobs > 1 and len(docs) > 1:
             import multiprocessing as mp
@@ -215,43 +224,3 @@ def frozen_settings(r: dict, tok, pcfg, docs):
                  **{k: v for k, v in dataclasses.asdict(c).items() if k in knobs(pol)})
             for (pol, f), c in sorted(over.items())]
     return over, pd.DataFrame(rows)
-
-
-def main(argv=None):
-    import yaml
-
-    from analysis.artifacts import code_hash, write_artifact
-
-    ap = argparse.ArgumentParser(description="chapter 4's long-context runs -> results/<name>/")
-    ap.add_argument("config", help="YAML with a list 'runs' (e.g. sweeps/qevict_long.yaml)")
-    ap.add_argument("--only", nargs="*", help="names of the runs to execute (default: all)")
-    ap.add_argument("--jobs", type=int, default=1,
-                    help="documents run at once in forked processes, one BLAS thread each (default 1)")
-    a = ap.parse_args(argv)
-    with open(a.config) as fh:
-        runs = yaml.safe_load(fh)["runs"]
-    if a.only:
-        unknown = set(a.only) - {r["name"] for r in runs}
-        if unknown:
-            raise SystemExit(f"unknown run(s) {sorted(unknown)}; runs: {[r['name'] for r in runs]}")
-        runs = [r for r in runs if r["name"] in a.only]
-    for r in runs:
-        check_run(r)  # all runs checked before the first starts
-    for r in runs:
-        t0 = time.perf_counter()
-        modules = MODULES + [MODEL_MODULES[r["model"]]]
-        before = code_hash(modules)  # the code that runs, not the code at the end
-        tables = execute(r, jobs=a.jobs)
-        if code_hash(modules) != before:
-            raise SystemExit(f"{r['name']}: the code changed while it ran; run it again")
-        cmd = f"python -m analysis.qevict.longrun {a.config} --only {r['name']}"
-        if a.jobs > 1:
-            cmd += f" --jobs {a.jobs}"
-        path = write_artifact(r["name"], tables, modules=modules, command=cmd,
-                              wall_seconds=time.perf_counter() - t0, params=r, notes=r.get("notes", ""))
-        print(f"wrote {path} ({time.perf_counter() - t0:.0f} s)", flush=True)
-
-
-if __name__ == "__main__":
-    np.seterr(all="ignore")
-    sys.exit(main())
