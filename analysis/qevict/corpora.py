@@ -26,6 +26,7 @@ import platform
 import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
+from pydoc_data.topics import topics
 
 import numpy as np
 
@@ -224,8 +225,6 @@ NEWS_FILES = ("NEWS", "NEWS2x", "HISTORY")
 
 
 def reference_text(topic: str) -> tuple[str, str]:
-    from pydoc_data.topics import topics
-
     keys = sorted(topics)
     if topic not in topics:
         raise ValueError(f"no language-reference topic {topic!r}; topics include {', '.join(keys[:12])}, ...")

@@ -10,7 +10,7 @@ import pandas as pd
 
 from ..cache import cached
 from . import tuning
-from .config import policy_config  # also imported from here by the keyed longrun.py
+from .config import policy_config  # also read as experiment.policy_config (tests, chapter text)
 from .corpora import load_document, module_source
 from .gguf_model import LlamaModel, gguf_path, load_model
 from .labels import with_display_labels

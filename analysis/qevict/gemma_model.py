@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from analysis.cache import cache_dir
+
 from .lmhead import check_mode, head_outputs
 
 NLL_CHUNK = 64  # rows of logits at once in prefill(logits="nll") (262,144-token vocabulary)
@@ -69,8 +71,6 @@ def expected_sha256() -> str:
 
 
 def model_dir() -> Path:
-    from analysis.cache import cache_dir
-
     return Path(os.environ.get("KVBOOK_MODEL_DIR", cache_dir() / "models"))
 
 

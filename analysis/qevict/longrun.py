@@ -21,12 +21,27 @@ too short, a budget the settings file did not tune, an evaluation document overl
 """
 from __future__ import annotations
 
-import argparse
-import sys
-import time
+import dataclasses
+import hashlib
+import multiprocessing as mp
+import resource
+from concurrent.futures import ProcessPoolExecutor
 
-import numpy as np
+import numba
 import pandas as pd
+
+from analysis.claims import rule
+
+from . import tuning
+from .config import policy_config
+from .corpora import load_document
+from .gemma_model import gemma_gguf_path, load_gemma
+from .gguf_model import gguf_path, load_model
+from .metrics import document_drift, summarize_run
+from .params import PARAMS
+from .runner import _blas_threads, run_document
+from .tokenizer import load_tokenizer
+from .verdicts import drift_excess
 
 MODELS = ("smollm2", "gemma3-270m")
 MODULES = ["analysis.qevict.runner", "analysis.qevict.kvcache", "analysis.qevict.policies",
@@ -42,23 +57,15 @@ CONTEXT = {"smollm2": 8192, "gemma3-270m": 32768}
 
 def load(model: str):
     """(model, tokenizer) by name."""
-    from .tokenizer import load_tokenizer
-
     if model == "smollm2":
-        from .gguf_model import gguf_path, load_model
-
         return load_model(), load_tokenizer(gguf_path())
     if model == "gemma3-270m":
-        from .gemma_model import gemma_gguf_path, load_gemma
-
         return load_gemma(), load_tokenizer(gemma_gguf_path())
     raise ValueError(f"unknown model {model!r}; models: {', '.join(MODELS)}")
 
 
 def check_run(run: dict) -> dict:
     """Defaults and the checks that need no model (context length first)."""
-    from .params import PARAMS
-
     r = dict(run)
     for k in ("name", "model", "documents", "prefill_tokens", "decode_tokens"):
         if k not in r:
@@ -83,9 +90,6 @@ _JOB = {}  # the run being executed, shared with forked worker processes (one do
 
 def _run_one(i: int):
     """Run document ``i`` of the run in ``_JOB``: (summary rows, timings row)."""
-    from .metrics import summarize_run
-    from .runner import run_document
-
     r, model, tok, docs, pcfg, verbose = (_JOB[k] for k in ("r", "model", "tok", "docs", "pcfg", "verbose"))
     P, D, doc = int(r["prefill_tokens"]), int(r["decode_tokens"]), docs[i]
     if verbose:
@@ -102,8 +106,6 @@ def _run_one(i: int):
     if len(spans):  # the generated answers, as text, per stream
         s["generated"] = ["|".join(tok.decode(res["argmax"][a - P - 1:b - P - 1, i]) for a, b in spans)
                           for i in range(len(res["streams"]))]
-    import resource
-
     # peak RSS of this process so far (ru_maxrss is in KiB; a worker may have run earlier documents)
     t = dict(model=r["model"], document=doc.spec, prefill_tokens=P, decode_tokens=D,
              streams=len(res["streams"]), seconds_prefill=res["seconds_prefill"],
@@ -116,11 +118,6 @@ def _run_one(i: int):
 def drift_tables(attn_full, doc, r: dict):
     """(one row of drift measurements, rows of the relative excess at the declared sensitivity ends)
     of one document, from the full cache's attention (chapter 4's drift rule, ``ch4_drift``)."""
-    from analysis.claims import rule
-
-    from .metrics import document_drift
-    from .verdicts import drift_excess
-
     P, W = int(r["prefill_tokens"]), int(r["window_tokens"])
     sink, seed = int(r["sink_windows"]), int(r["seed"])
     d = document_drift(attn_full, P, W, gap=int(r["lir_gap_steps"]), tau=float(r["lir_tau"]),
@@ -140,10 +137,6 @@ def drift_tables(attn_full, doc, r: dict):
 
 
 def _worker(i: int):
-    import numba
-
-    from .runner import _blas_threads
-
     numba.set_num_threads(1)  # the compiled attention kernel too: one thread per process
     with _blas_threads(1):  # one BLAS thread per process (prefill too): the processes share the cores
         return _run_one(i)
@@ -153,9 +146,6 @@ def prepare(run: dict) -> dict:
     """Everything checked before any work (:func:`check_run`; the model loaded, every document long
     enough, the tuned settings covering the budgets, no evaluation document overlapping a tuning one):
     {r (the checked run), model, tok, docs, pcfg, overrides, settings} for :func:`execute`."""
-    from .corpora import load_document
-    from .experiment import policy_config
-
     r = check_run(run)
     model, tok = load(r["model"])
     P, D = int(r["prefill_tokens"]), int(r["decode_tokens"])
@@ -175,9 +165,6 @@ def execute(run: dict, *, verbose: bool = True, jobs: int = 1) -> dict:
     _JOB.update(job, verbose=verbose)
     try:
         if jobs > 1 and len(docs) > 1:
-            import multiprocessing as mp
-            from concurrent.futures import ProcessPoolExecutor
-
             with ProcessPoolExecutor(min(jobs, len(docs)), mp_context=mp.get_context("fork")) as ex:
                 out = list(ex.map(_worker, range(len(docs))))
         else:
@@ -197,13 +184,6 @@ def frozen_settings(r: dict, tok, pcfg, docs):
     """(overrides for :func:`run_document`, table of the settings used) from the run's
     ``tuned_settings`` file, or (None, None) for ``none``.  Fails before any run if a budget was not
     tuned or an evaluation document shares a 32-token run with a tuning document."""
-    import dataclasses
-    import hashlib
-
-    from . import tuning
-    from .corpora import load_document
-    from .params import PARAMS
-
     path = r.get("tuned_settings", "none")
     if path in (None, "none"):
         return None, None

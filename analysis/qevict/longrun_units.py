@@ -55,6 +55,7 @@ import threading
 import time
 from pathlib import Path
 
+import numba
 import numpy as np
 import pandas as pd
 import yaml
@@ -147,8 +148,6 @@ def _using_loader(name: str | None):
 def compute_unit(task: dict) -> dict:
     """Compute one unit (in a local worker process, a Dask worker, or the driver): the unit record
     (without writing it; the driver does).  ``task``: run (checked), document, loader, verbose."""
-    import numba  # optional heavy dependency
-
     r, doc = task["run"], task["document"]
     with _ONE_AT_A_TIME:
         before = code_hash(modules(r))

@@ -407,7 +407,7 @@ def lir_gain_correlation(summary: pd.DataFrame, lir_per_doc: pd.Series, policy: 
     """Per document, the KL gain of ``policy`` over ``reference`` (mean over budgets of
     KL(reference) - KL(policy)) against the document's LIR: Spearman's rho with a bootstrap interval
     over documents.  Does drift predict when recovery pays?"""
-    from scipy.stats import spearmanr
+    from scipy.stats import spearmanr  # optional heavy dependency: scipy.stats takes about 1 s to import
 
     k = summary[summary.policy.isin([policy, reference])].pivot_table(
         index="document", columns="policy", values="kl", aggfunc="mean")
@@ -465,7 +465,7 @@ def qevict_rule(summary: pd.DataFrame, policy: str, baselines,
     """Apply :data:`QEVICT_RULE`: returns (verdict, one row per (baseline, budget) with the mean log
     ratio, its Holm-level interval (level 1 - alpha / (m - k + 1) for the pair ranked k-th by its
     not-worse p-value), the three Holm-adjusted p-values and the outcome)."""
-    from scipy import stats as st
+    from scipy import stats as st  # optional heavy dependency: scipy.stats takes about 1 s to import
 
     metric, eps, alpha = rule["metric"], rule["eps"], rule["alpha"]
     delta = np.log1p(rule["margin_rel"])
