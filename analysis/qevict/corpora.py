@@ -212,7 +212,7 @@ def needle_document(spec, module, tokenizer, n_tokens, prefill_tokens, n_needles
 
 
 # ----------------------------------------------------------------------------------------------
-# Further genres (issue 14): what ships with Python, no download.
+# Further genres: what ships with Python, no download.
 #   ref:<topic>    the Python language reference (pydoc_data.topics, the text of `help()`), from
 #                  <topic> on through the following topics in alphabetical order: technical prose
 #   news:<file>    IDLE's release notes (idlelib/NEWS.txt, NEWS2x.txt, HISTORY.txt, from <file> on):

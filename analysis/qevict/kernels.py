@@ -1,4 +1,4 @@
-"""Compiled kernel of chapter 4's decode engine (``MultiStreamCache``'s ``"fused"`` engine, issue 13).
+"""Compiled kernel of chapter 4's decode engine (``MultiStreamCache``'s ``"fused"`` engine).
 
 One decoding step's attention of every stream over the shared prompt cache, computing only what each
 stream reads: for each KV head and window of prompt keys, every stream that reads the window (exactly,

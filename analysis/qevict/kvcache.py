@@ -47,7 +47,7 @@ Two ways to promote a quantized window back to ``FULL``:
   counted in ``recall_bytes``.  Writing the exact copy of a window to the cold tier when it is
   first demoted is counted in ``offload_bytes``.
 
-Offloading policies (issue 14: Quest-style page selection, ArkVale-style H2O / SnapKV with recall)
+Offloading policies (Quest-style page selection, ArkVale-style H2O / SnapKV with recall)
 use a fourth tier, ``OFFLOADED`` (3): the exact window lives off the device (masked out of the
 attention like an evicted one) and may come back to ``FULL`` by a recall (counted in
 ``recall_bytes`` and ``recall_transfers``).  These policies rank windows by a *digest* kept on the
@@ -152,7 +152,7 @@ class MultiStreamCache:
         self.n_promotions = np.zeros(n_streams, np.int64)
         self.recall_transfers = np.zeros(n_streams, np.int64)  # window-heads moved back to the device
         self.F = full_window_bytes(window, hd)
-        # --- digests and per-step page selection (offloading policies, issue 14)
+        # --- digests and per-step page selection (offloading policies)
         pk = self.Kp.reshape(L, Hkv, self.NWp, window, hd)
         self.pmin, self.pmax = pk.min(3), pk.max(3)  # (L, Hkv, NWp, hd)
         nwd = max(self.Dmax // window, 1)

@@ -91,8 +91,8 @@ def summarize_run(result: dict, doc_spec: str, answers=()) -> pd.DataFrame:
 
 
 def _traffic_columns(result: dict, i: int) -> dict:
-    """Issue 14's accounting for stream ``i``: FMM by tier, bytes on and off the device and recall
-    traffic per decoding step (absent in results computed before it: NaN)."""
+    """The tiered accounting for stream ``i``: FMM by tier, bytes on and off the device and recall
+    traffic per decoding step (absent in results computed before the offloading tier: NaN)."""
     if "device_bytes" not in result:
         return dict(fmm_quantized=np.nan, fmm_offloaded=np.nan, device_bytes=np.nan, device_frac=np.nan,
                     offdevice_bytes=np.nan, offdevice_frac=np.nan, recall_bytes_per_step=np.nan,
@@ -204,7 +204,7 @@ def tier_bytes_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------------------------
-# Issue 14: metrics tied to what a policy decides, drift against a declared null, the declared rules
+# Metrics tied to what a policy decides, drift against a declared null, the declared rules
 # ----------------------------------------------------------------------------------------------
 
 def pareto_mask(points) -> np.ndarray:
@@ -349,8 +349,8 @@ def drift_against_null(attn_full: np.ndarray, statistic, n_shuffles: int = 20, s
                 rel_excess=(obs / nm - 1) if nm > 0 else np.nan, n_shuffles=n_shuffles)
 
 
-# The drift rule, declared before any result (issue 14; replaces the earlier rule, which passed
-# whenever any window re-activated once).
+# The drift rule, declared before any result (it replaces an earlier rule, which passed whenever any
+# window re-activated once).
 DRIFT_RULE = dict(
     statistic="far_pair_miss", budget=0.20, block_steps=8, n_shuffles=20, alpha=0.05,
     text=("importance drifts when, for decoding steps at least half the run apart, the top 20% of prompt "
@@ -430,7 +430,7 @@ def lir_gain_correlation(summary: pd.DataFrame, lir_per_doc: pd.Series, policy: 
     return dict(rho=rho, lo=float(lo), hi=float(hi), n_docs=n, table=t)
 
 
-# The QEvict rule, declared before any result (issue 11 / 14).
+# The QEvict rule, declared before any result.
 QEVICT_RULE = dict(
     metric="kl", alpha=0.05, margin_rel=0.10, min_budget_share=0.75, min_docs=3, eps=1e-6,
     text=("per (baseline, budget), the per-document log ratio log(KL_QEvict / KL_baseline): 'better' when "
