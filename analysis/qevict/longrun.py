@@ -48,6 +48,7 @@ MODULES = ["analysis.qevict.runner", "analysis.qevict.kvcache", "analysis.qevict
            "analysis.qevict.quant", "analysis.qevict.corpora", "analysis.qevict.tokenizer",
            "analysis.qevict.metrics",
            "analysis.qevict.longrun", "analysis.qevict.kernels", "analysis.qevict.verdicts",
+           "analysis.qevict.config", "analysis.qevict.params", "analysis.qevict.tuning",
            "analysis.qevict.lmhead"]  # lmhead: both models' output head (with MODEL_MODULES)
 # the drift rule's sensitivities that need each document's attention (the others act on the table)
 DRIFT_ENDS = {"top share of windows": "budget", "shuffle block (steps)": "block"}
