@@ -260,24 +260,29 @@ def read_artifact(name: str) -> Artifact:
     return Artifact(name, tables, prov, stale_reasons(name, prov))
 
 
-def usable(name: str, key: dict, tables=(), *, command: str) -> tuple[Artifact | None, str]:
+def usable(name: str, key: dict, tables=(), *, command: str, title: str | None = None,
+           labels: dict | None = None) -> tuple[Artifact | None, str]:
     """The artifact ``name`` if it stands for a computation with inputs ``key`` (compared with the
     ``params`` it was written with, entry by entry), is not stale and has every table of ``tables``;
-    else ``None`` and why not, naming ``command`` (what rewrites it)."""
+    else ``None`` and why not, naming ``command`` (what rewrites it).  ``title``: what the reasons call
+    the artifact (default ``results/<name>``); ``labels``: {key entry: how a difference in it reads}
+    (default ``other <entry>``)."""
+    what = f"the committed {title}" if title else f"results/{name}"
     try:
         art = read_artifact(name)
     except FileNotFoundError:
-        return None, f"no committed {name} (`{command}` writes it)"
+        return None, f"no committed {title or name} (`{command}` writes it)"
     if art.stale:
         why = "; ".join(art.stale_reasons)
-        return None, f"results/{name} is stale ({why}; `{command}` refreshes it)"
+        return None, f"{what} is stale ({why}; `{command}` refreshes it)"
     have = art.provenance.get("params") or {}
     diff = [k for k in key if key[k] != have.get(k)]
     if diff:
-        return None, f"results/{name} was computed with other {', '.join(diff)}"
+        labels = labels or {}
+        return None, f"{what} was computed with " + ", ".join(labels.get(k, f"other {k}") for k in diff)
     missing = [t for t in tables if t not in art.tables]
     if missing:
-        return None, f"results/{name} lacks tables {missing} (`{command}` rewrites it)"
+        return None, f"{what} lacks tables {missing} (`{command}` rewrites it)"
     return art, ""
 
 

@@ -258,3 +258,26 @@ def test_declared_artifact_families_narrow_a_computed_read():
         assert "04_qevict" not in _pages_depending_on(other)
     assert "04_qevict" in _pages_depending_on("results/qevict_long_main_smollm2/summary.csv")
     assert "04_qevict" in _pages_depending_on("results/qevict_default_run/summary.csv")
+
+
+def test_keyed_module_lists_cover_the_code_they_key():
+    """Every keyed module list of chapter 4's committed artifacts holds the chapter-4 modules that the
+    code computing the artifact imports (its static closure; a long run's other model excepted): a
+    change there makes the artifact stale.  Chapter 4's default run and chapter 5's measurement share
+    the experiment's list."""
+    from analysis.compose import fidelity
+    from analysis.qevict import crosscheck, defaultrun, experiment, longrun
+
+    assert fidelity.MEASURED_MODULES is experiment.MODULES
+    assert set(experiment.MODULES) <= set(defaultrun.MODULES)
+    lists = {"experiment.MODULES": (experiment.MODULES, ["analysis.qevict.experiment"]),
+             "defaultrun.MODULES": (defaultrun.MODULES, ["analysis.qevict.defaultrun"]),
+             "crosscheck.MODULES": (crosscheck.MODULES, ["analysis.qevict.crosscheck"])}
+    for m, mod in longrun.MODEL_MODULES.items():
+        lists[f"longrun {m}"] = (longrun.MODULES + [mod], ["analysis.qevict.longrun", mod])
+    models = set(longrun.MODEL_MODULES.values())
+    for name, (mods, roots) in lists.items():
+        needed = {m for m in deps.closure(roots) if m.startswith("analysis.qevict.")}
+        needed -= models - set(mods)  # a run of one model does not execute the other's module
+        assert "analysis.qevict.lmhead" in needed and set(roots) <= needed
+        assert needed <= set(mods), f"{name} lacks {sorted(needed - set(mods))}, imported by {roots}"

@@ -276,11 +276,6 @@ def test_package_docstring_lists_each_module_in_its_layer():
             assert shown, f"{prefix} is not in layer {name!r} of analysis/__init__.py's docstring"
 
 
-# committed long-run artifacts are keyed on these modules' source bytes (docs: analysis.artifacts);
-# their function-local imports stay until the artifacts are regenerated
-KEYED = {f"analysis.qevict.{m}" for m in (
-    "corpora", "gemma_model", "gguf_model", "kernels", "kvcache", "longrun", "metrics", "policies", "quant",
-    "runner", "tokenizer", "verdicts")}
 HEAVY = "# optional heavy dependency"
 
 
@@ -302,7 +297,7 @@ def local_imports(source: str) -> list[tuple[int, str]]:
 
 def test_imports_sit_at_module_level():
     """A function-local import is kept only for an optional heavy dependency, marked so."""
-    found = [f"{m}:{n}: {line}" for m, (f, _) in modules().items() if m not in KEYED
+    found = [f"{m}:{n}: {line}" for m, (f, _) in modules().items()
              for n, line in local_imports(f.read_text())]
     assert found == []
 

@@ -56,28 +56,28 @@ def _retier(c, rng_seed, nc, bits):
         c.set_tiers(b, t, promote="recall" if b % 3 else "dequant")
 
 
-@pytest.mark.parametrize("engine", ["fused", "sparse", "blocked"])
+@pytest.mark.parametrize("engine", ["fused", "sparse"])
 @pytest.mark.parametrize("bits", [[0, 2, 4, 2, 0, 4], [0], [2, 2]])
-def test_blocked_engine_equals_reference(bits, engine):
+def test_engine_equals_reference(bits, engine):
     """Exact and dequantized prompt keys, quantized and evicted decoded windows, promotions by
     recall and by dequantization, several key blocks: same outputs and window attention (both
     shared-tensor engines)."""
-    cfg, (blk, ref) = _caches(bits, engine=engine)
-    P, W = blk.P, blk.W
+    cfg, (eng, ref) = _caches(bits, engine=engine)
+    P, W = eng.P, eng.W
     for pos in range(P, P + 40):
         if pos % W == 0:
-            for c in (blk, ref):
+            for c in (eng, ref):
                 _retier(c, pos, pos // W, bits)
         k, v, q = _step_inputs(cfg, len(bits), pos)
         for li in range(cfg.n_layers):
             outs = []
-            for c in (blk, ref):
+            for c in (eng, ref):
                 c.append(li, k, v, pos)
                 outs.append((c.attend(li, q, pos), c.win_attn[li].copy()))
             np.testing.assert_allclose(outs[0][0], outs[1][0], rtol=1e-4, atol=2e-5)
             np.testing.assert_allclose(outs[0][1], outs[1][1], rtol=1e-4, atol=1e-6)
             np.testing.assert_allclose(outs[0][1].sum(-1), 1, rtol=1e-5)
-    assert np.array_equal(blk.tier, ref.tier) and np.any(blk.tier == QUANT) == any(bits)
+    assert np.array_equal(eng.tier, ref.tier) and np.any(eng.tier == QUANT) == any(bits)
 
 
 def test_fused_engine_beyond_the_decoded_kernels_stream_limit_equals_reference():
@@ -105,15 +105,15 @@ def test_fused_engine_beyond_the_decoded_kernels_stream_limit_equals_reference()
 
 def test_engine_uses_the_mask():
     """An evicted window gets no attention; removing the mask term would give it some."""
-    cfg, (blk, _) = _caches([0, 0])
-    t = blk.tier[1].copy()
+    cfg, (eng, _) = _caches([0, 0])
+    t = eng.tier[1].copy()
     t[:, :, 3] = EVICTED
-    blk.set_tiers(1, t)
+    eng.set_tiers(1, t)
     q = np.ones((2, cfg.n_heads, cfg.head_dim), np.float32)
     kv = np.zeros((2, cfg.n_kv_heads, cfg.head_dim), np.float32)
-    blk.append(0, kv, kv, blk.P)
-    blk.attend(0, q, blk.P)
-    assert np.all(blk.win_attn[0, 1, :, 3] == 0) and np.all(blk.win_attn[0, 0, :, 3] > 0)
+    eng.append(0, kv, kv, eng.P)
+    eng.attend(0, q, eng.P)
+    assert np.all(eng.win_attn[0, 1, :, 3] == 0) and np.all(eng.win_attn[0, 0, :, 3] > 0)
 
 
 def test_streams_are_independent_of_their_order():
@@ -153,8 +153,8 @@ def test_context_above_model_maximum_rejected_before_any_work():
 
 
 def test_block_size_bounds_memory():
-    cfg, (blk, _) = _caches([0] * 4, P=256, block=None)
-    assert blk.block % blk.W == 0 and blk.block >= blk.W
+    cfg, (eng, _) = _caches([0] * 4, P=256, block=None)
+    assert eng.block % eng.W == 0 and eng.block >= eng.W
     z = [np.zeros((2, 256, 32), np.float32)] * 2
     big = MultiStreamCache(cfg, 400, z, z, 300, 16, bits=0, group=16)
     assert big.block * 4 * 2 * 400 * 3 <= 2 * (1 << 21) + 16 * 4 * 2 * 400 * 3
@@ -243,52 +243,52 @@ def _retier_offload(c, rng_seed, nc):
         c.set_tiers(b, t)
 
 
-@pytest.mark.parametrize("engine", ["fused", "sparse", "blocked"])
-def test_blocked_engine_equals_reference_with_offloaded_windows_and_page_loads(engine):
+@pytest.mark.parametrize("engine", ["fused", "sparse"])
+def test_engine_equals_reference_with_offloaded_windows_and_page_loads(engine):
     """OFFLOADED windows are masked unless recalled (set back to FULL) or loaded for one step by
-    Quest's page selection (``step_pages``); streams with digests get window estimates.  The blocked
+    Quest's page selection (``step_pages``); streams with digests get window estimates.  Each
     shared-tensor engine, with streams reordered by bit width, reads exactly what the per-stream
     reference reads, and both count the same page loads."""
     bits = [4, 0, 2, 0, 4]
-    cfg, (blk, ref) = _caches(bits, engine=engine)
-    P, W = blk.P, blk.W
-    for c in (blk, ref):
+    cfg, (eng, ref) = _caches(bits, engine=engine)
+    P, W = eng.P, eng.W
+    for c in (eng, ref):
         c.step_pages[:] = [-1, 2, 1, -1, 3]
         c.digest_rows[:] = [False, False, True, True, True]
     loaded_any = False
     for pos in range(P, P + 40):
         if pos % W == 0:
-            for c in (blk, ref):
+            for c in (eng, ref):
                 _retier_offload(c, pos, pos // W)
         k, v, q = _step_inputs(cfg, len(bits), pos)
         for li in range(cfg.n_layers):
             outs = []
-            for c in (blk, ref):
+            for c in (eng, ref):
                 c.append(li, k, v, pos)
                 outs.append((c.attend(li, q, pos), c.win_attn[li].copy(), c.win_est[li].copy()))
             np.testing.assert_allclose(outs[0][0], outs[1][0], rtol=1e-4, atol=2e-5)
             np.testing.assert_allclose(outs[0][1], outs[1][1], rtol=1e-4, atol=1e-6)
             np.testing.assert_allclose(outs[0][2], outs[1][2], rtol=1e-5, atol=1e-7)
             # an offloaded window that is not loaded this step gets no attention; a loaded one does
-            off = blk.tier[:, li] == OFFLOADED
-            assert np.all(outs[0][1][off & ~blk.loaded[:, li]] == 0)
-            if np.any(off & blk.loaded[:, li]):
+            off = eng.tier[:, li] == OFFLOADED
+            assert np.all(outs[0][1][off & ~eng.loaded[:, li]] == 0)
+            if np.any(off & eng.loaded[:, li]):
                 loaded_any = True
-                assert np.all(outs[0][1][off & blk.loaded[:, li]] > 0)
-    assert loaded_any and np.any(blk.tier == OFFLOADED)
-    assert np.array_equal(blk.recall_transfers, ref.recall_transfers)
-    assert np.array_equal(blk.recall_bytes, ref.recall_bytes) and blk.recall_transfers[[0, 3]].sum() > 0
-    assert not np.any(blk.loaded[[0, 3]])  # streams without page selection load nothing per step
+                assert np.all(outs[0][1][off & eng.loaded[:, li]] > 0)
+    assert loaded_any and np.any(eng.tier == OFFLOADED)
+    assert np.array_equal(eng.recall_transfers, ref.recall_transfers)
+    assert np.array_equal(eng.recall_bytes, ref.recall_bytes) and eng.recall_transfers[[0, 3]].sum() > 0
+    assert not np.any(eng.loaded[[0, 3]])  # streams without page selection load nothing per step
 
 
-def test_sparse_engines_skip_blocks_and_equal_blocked():
+def test_sparse_engines_skip_blocks_and_equal_reference():
     """The sparse and fused engines give a stream no product for a key block it reads at neither precision
-    (whole blocks evicted, or all quantized / all exact), and still equals the blocked engine;
+    (whole blocks evicted, or all quantized / all exact), and still equal the reference engine;
     the skipped rows are really skipped (a NaN planted in keys only skipped rows would read
     stays out of every output)."""
     bits = [0, 2, 0, 4]
     outs = []
-    for engine in ("sparse", "fused", "blocked", "reference"):
+    for engine in ("sparse", "fused", "reference"):
         cfg, (c, _) = _caches(bits, engine=engine)
         nw = c.P // c.W
         for b in range(4):

@@ -35,6 +35,7 @@ import tarfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from pydoc_data.topics import topics
 
 import numpy as np
 
@@ -228,7 +229,7 @@ def needle_document(spec, module, tokenizer, n_tokens, prefill_tokens, n_needles
 
 
 # ----------------------------------------------------------------------------------------------
-# Further genres (issue 14): what ships with Python, no download.
+# Further genres: what ships with Python, no download.
 #   ref:<topic>    the Python language reference (pydoc_data.topics, the text of `help()`), from
 #                  <topic> on through the following topics in alphabetical order: technical prose
 #   news:<file>    IDLE's release notes (idlelib/NEWS.txt, NEWS2x.txt, HISTORY.txt, from <file> on):
@@ -241,8 +242,6 @@ NEWS_FILES = ("NEWS", "NEWS2x", "HISTORY")
 
 
 def reference_text(topic: str) -> tuple[str, str]:
-    from pydoc_data.topics import topics
-
     keys = sorted(topics)
     if topic not in topics:
         raise ValueError(f"no language-reference topic {topic!r}; topics include {', '.join(keys[:12])}, ...")

@@ -64,8 +64,9 @@ VENV = REPO / ".venv-crosscheck"
 # of the numpy side it calls
 MODULES = ["analysis.qevict.crosscheck", "analysis.qevict.kvpress_side", "analysis.qevict.runner",
            "analysis.qevict.policies", "analysis.qevict.kvcache", "analysis.qevict.kernels",
-           "analysis.qevict.gguf_model", "analysis.qevict.corpora", "analysis.qevict.tokenizer",
-           "analysis.qevict.quant", "analysis.qevict.tuning"]
+           "analysis.qevict.gguf_model", "analysis.qevict.lmhead", "analysis.qevict.corpora",
+           "analysis.qevict.tokenizer", "analysis.qevict.quant", "analysis.qevict.tuning",
+           "analysis.qevict.config", "analysis.qevict.params"]
 # A matched pair of compressed caches agrees "within float tolerance" when its largest logit difference
 # (over the vocabulary and the steps) is at most this many times the two full caches' own on the same
 # document: compression adds no disagreement beyond the implementations' float32 arithmetic (other

@@ -28,7 +28,8 @@ from pathlib import Path
 import pandas as pd
 
 from .. import artifacts, claims
-from . import longrun, tuning
+from . import tuning
+from .experiment import MODULES as EXPERIMENT_MODULES
 from .experiment import layout_check, run_experiment
 from .gguf_model import gguf_path
 from .longview import ATTENTION_ENDS, primary_metrics_from_attention
@@ -41,12 +42,13 @@ ARTIFACTS_READ = ("qevict_default_run",)  # the artifacts this module reads (ana
 COMMAND = "make default-run"
 LAYOUT_MODULE, LAYOUT_TOKENS = "argparse", 1024  # the weight-layout check: perplexity of argparse.py's start
 DRIFT_CLAIM = "ch4_drift"
-# the code that computes every table of the artifact: the long runs' keyed modules and the model module,
-# the experiment and its frozen-settings reader, and this module
-MODULES = sorted(set(longrun.MODULES) | {"analysis.qevict.gguf_model", "analysis.qevict.experiment",
-                                         "analysis.qevict.tuning", "analysis.qevict.config",
-                                         "analysis.qevict.labels", "analysis.qevict.longview",
-                                         "analysis.qevict.defaultrun"})
+# the code that computes every table of the artifact: the experiment's (experiment.MODULES, as chapter
+# 5's measurement), the drift metrics at the sensitivity ends (longview, verdicts) and this module
+MODULES = sorted(set(EXPERIMENT_MODULES) | {"analysis.qevict.longview", "analysis.qevict.verdicts",
+                                            "analysis.qevict.defaultrun"})
+# how a difference in each entry of key() reads in DefaultRun.source
+KEY_LABELS = {"params": "other parameters", "model_sha256": "another model file",
+              "tuned_sha256": "other frozen settings", "attention_ends": "other declared sensitivity ends"}
 
 
 @dataclass
@@ -183,23 +185,9 @@ def _from_artifact(c: QEvictConfig, art: artifacts.Artifact) -> DefaultRun:
 
 
 def usable(c: QEvictConfig) -> tuple[artifacts.Artifact | None, str]:
-    """The committed artifact if it stands for a run of ``c``, else ``None`` and why not."""
-    try:
-        art = artifacts.read_artifact(NAME)
-    except FileNotFoundError:
-        return None, f"no committed default run (`{COMMAND}` writes it)"
-    if art.stale:
-        return None, "its artifact is stale (" + "; ".join(art.stale_reasons) + f"; `{COMMAND}` refreshes it)"
-    want, have = key(c), art.provenance.get("params") or {}
-    diff = [k for k in want if want[k] != have.get(k)]
-    if diff:
-        what = {"params": "other parameters", "model_sha256": "another model file",
-                "tuned_sha256": "other frozen settings", "attention_ends": "other declared sensitivity ends"}
-        return None, "the committed default run was computed with " + ", ".join(what[k] for k in diff)
-    missing = [t for t in TABLES if t not in art.tables]
-    if missing:
-        return None, f"the committed default run lacks tables {missing} (`{COMMAND}` rewrites it)"
-    return art, ""
+    """The committed artifact if it stands for a run of ``c``, else ``None`` and why not
+    (:func:`analysis.artifacts.usable`)."""
+    return artifacts.usable(NAME, key(c), TABLES, command=COMMAND, title="default run", labels=KEY_LABELS)
 
 
 def default_run(c: QEvictConfig, *, verbose: bool = False) -> DefaultRun:

@@ -10,7 +10,7 @@ import pandas as pd
 
 from ..cache import cached
 from . import tuning
-from .config import policy_config  # also imported from here by the keyed longrun.py
+from .config import policy_config  # also read as experiment.policy_config (tests, chapter text)
 from .corpora import load_document, module_source
 from .gguf_model import LlamaModel, gguf_path, load_model
 from .labels import with_display_labels
@@ -19,6 +19,11 @@ from .params import QEvictConfig
 from .runner import file_sha256, run_document_cached
 from .tokenizer import load_tokenizer
 
+# the code a run of run_experiment executes, the key of the committed artifacts it computes (chapter 4's
+# default run adds its own modules, analysis.qevict.defaultrun; chapter 5's measurement uses it as it is)
+MODULES = sorted(f"analysis.qevict.{m}" for m in (
+    "experiment", "config", "params", "tuning", "corpora", "tokenizer", "gguf_model", "lmhead", "runner",
+    "kvcache", "kernels", "policies", "quant", "metrics", "labels"))
 DEFAULT_MODEL = "smollm2"  # the default run's model (gguf_model.load_model), as the long runs name it
 
 

@@ -1,4 +1,4 @@
-"""Where an eviction-based policy loses most to quantization alone (issue 29, item 5).
+"""Where an eviction-based policy loses most to quantization alone.
 
 The chapter's verdicts pool documents (geometric means, Holm counts); this module shows the single
 cases behind them where dropping or offloading windows cost most against keeping every window

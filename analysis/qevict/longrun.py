@@ -1,6 +1,8 @@
 """Chapter 4's long-context runs, too long for the book build, as committed artifacts.
 
-    python -m analysis.qevict.longrun sweeps/qevict_long.yaml [--only NAME ...]     (= make long)
+Computed by :mod:`analysis.qevict.longrun_units` (``python -m analysis.qevict.longrun_units
+sweeps/qevict_long.yaml``, = make long), which runs :func:`execute` one document at a time after
+:func:`prepare` has checked the whole run.
 
 Each entry of the YAML's ``runs`` is one artifact ``results/<name>/``: a ``summary`` table (one row
 per document, policy and budget: the outcomes of :func:`analysis.qevict.metrics.summarize_run` plus
@@ -19,18 +21,35 @@ too short, a budget the settings file did not tune, an evaluation document overl
 """
 from __future__ import annotations
 
-import argparse
-import sys
-import time
+import dataclasses
+import hashlib
+import multiprocessing as mp
+import resource
+from concurrent.futures import ProcessPoolExecutor
 
-import numpy as np
+import numba
 import pandas as pd
+
+from analysis.claims import rule
+
+from . import tuning
+from .config import policy_config
+from .corpora import load_document
+from .gemma_model import gemma_gguf_path, load_gemma
+from .gguf_model import gguf_path, load_model
+from .metrics import document_drift, summarize_run
+from .params import PARAMS
+from .runner import _blas_threads, run_document
+from .tokenizer import load_tokenizer
+from .verdicts import drift_excess
 
 MODELS = ("smollm2", "gemma3-270m")
 MODULES = ["analysis.qevict.runner", "analysis.qevict.kvcache", "analysis.qevict.policies",
            "analysis.qevict.quant", "analysis.qevict.corpora", "analysis.qevict.tokenizer",
            "analysis.qevict.metrics",
-           "analysis.qevict.longrun", "analysis.qevict.kernels", "analysis.qevict.verdicts"]
+           "analysis.qevict.longrun", "analysis.qevict.kernels", "analysis.qevict.verdicts",
+           "analysis.qevict.config", "analysis.qevict.params", "analysis.qevict.tuning",
+           "analysis.qevict.lmhead"]  # lmhead: both models' output head (with MODEL_MODULES)
 # the drift rule's sensitivities that need each document's attention (the others act on the table)
 DRIFT_ENDS = {"top share of windows": "budget", "shuffle block (steps)": "block"}
 MODEL_MODULES = {"smollm2": "analysis.qevict.gguf_model", "gemma3-270m": "analysis.qevict.gemma_model"}
@@ -39,23 +58,15 @@ CONTEXT = {"smollm2": 8192, "gemma3-270m": 32768}
 
 def load(model: str):
     """(model, tokenizer) by name."""
-    from .tokenizer import load_tokenizer
-
     if model == "smollm2":
-        from .gguf_model import gguf_path, load_model
-
         return load_model(), load_tokenizer(gguf_path())
     if model == "gemma3-270m":
-        from .gemma_model import gemma_gguf_path, load_gemma
-
         return load_gemma(), load_tokenizer(gemma_gguf_path())
     raise ValueError(f"unknown model {model!r}; models: {', '.join(MODELS)}")
 
 
 def check_run(run: dict) -> dict:
     """Defaults and the checks that need no model (context length first)."""
-    from .params import PARAMS
-
     r = dict(run)
     for k in ("name", "model", "documents", "prefill_tokens", "decode_tokens"):
         if k not in r:
@@ -80,9 +91,6 @@ _JOB = {}  # the run being executed, shared with forked worker processes (one do
 
 def _run_one(i: int):
     """Run document ``i`` of the run in ``_JOB``: (summary rows, timings row)."""
-    from .metrics import summarize_run
-    from .runner import run_document
-
     r, model, tok, docs, pcfg, verbose = (_JOB[k] for k in ("r", "model", "tok", "docs", "pcfg", "verbose"))
     P, D, doc = int(r["prefill_tokens"]), int(r["decode_tokens"]), docs[i]
     if verbose:
@@ -99,8 +107,6 @@ def _run_one(i: int):
     if len(spans):  # the generated answers, as text, per stream
         s["generated"] = ["|".join(tok.decode(res["argmax"][a - P - 1:b - P - 1, i]) for a, b in spans)
                           for i in range(len(res["streams"]))]
-    import resource
-
     # peak RSS of this process so far (ru_maxrss is in KiB; a worker may have run earlier documents)
     t = dict(model=r["model"], document=doc.spec, prefill_tokens=P, decode_tokens=D,
              streams=len(res["streams"]), seconds_prefill=res["seconds_prefill"],
@@ -113,11 +119,6 @@ def _run_one(i: int):
 def drift_tables(attn_full, doc, r: dict):
     """(one row of drift measurements, rows of the relative excess at the declared sensitivity ends)
     of one document, from the full cache's attention (chapter 4's drift rule, ``ch4_drift``)."""
-    from analysis.claims import rule
-
-    from .metrics import document_drift
-    from .verdicts import drift_excess
-
     P, W = int(r["prefill_tokens"]), int(r["window_tokens"])
     sink, seed = int(r["sink_windows"]), int(r["seed"])
     d = document_drift(attn_full, P, W, gap=int(r["lir_gap_steps"]), tau=float(r["lir_tau"]),
@@ -137,37 +138,34 @@ def drift_tables(attn_full, doc, r: dict):
 
 
 def _worker(i: int):
-    import numba
-
-    from .runner import _blas_threads
-
     numba.set_num_threads(1)  # the compiled attention kernel too: one thread per process
     with _blas_threads(1):  # one BLAS thread per process (prefill too): the processes share the cores
         return _run_one(i)
 
 
-def execute(run: dict, *, verbose: bool = True, jobs: int = 1) -> dict:
-    """Run one entry; returns {table name: DataFrame}.  ``jobs`` > 1: the documents run in that many
-    forked processes at once (one BLAS thread each); the results do not depend on it."""
-    from .corpora import load_document
-    from .experiment import policy_config
-
+def prepare(run: dict) -> dict:
+    """Everything checked before any work (:func:`check_run`; the model loaded, every document long
+    enough, the tuned settings covering the budgets, no evaluation document overlapping a tuning one):
+    {r (the checked run), model, tok, docs, pcfg, overrides, settings} for :func:`execute`."""
     r = check_run(run)
     model, tok = load(r["model"])
     P, D = int(r["prefill_tokens"]), int(r["decode_tokens"])
-    p = dict(r)
-    p["head_dim"] = model.cfg.head_dim
-    pcfg = policy_config(p)
+    pcfg = policy_config(dict(r, head_dim=model.cfg.head_dim))
     docs = [load_document(s, tok, P + D + 1, prefill_tokens=P, n_needles=r["n_needles"],
                           n_queries=r["n_queries"], seed=r["seed"])
             for s in r["documents"]]  # every document is checked before any run
     over, settings = frozen_settings(r, tok, pcfg, docs)
-    _JOB.update(r=r, model=model, tok=tok, docs=docs, pcfg=pcfg, verbose=verbose, overrides=over)
+    return dict(r=r, model=model, tok=tok, docs=docs, pcfg=pcfg, overrides=over, settings=settings)
+
+
+def execute(run: dict, *, verbose: bool = True, jobs: int = 1) -> dict:
+    """Run one entry; returns {table name: DataFrame}.  ``jobs`` > 1: the documents run in that many
+    forked processes at once (one BLAS thread each); the results do not depend on it."""
+    job = prepare(run)
+    docs, settings = job["docs"], job["settings"]
+    _JOB.update(job, verbose=verbose)
     try:
         if jobs > 1 and len(docs) > 1:
-            import multiprocessing as mp
-            from concurrent.futures import ProcessPoolExecutor
-
             with ProcessPoolExecutor(min(jobs, len(docs)), mp_context=mp.get_context("fork")) as ex:
                 out = list(ex.map(_worker, range(len(docs))))
         else:
@@ -187,13 +185,6 @@ def frozen_settings(r: dict, tok, pcfg, docs):
     """(overrides for :func:`run_document`, table of the settings used) from the run's
     ``tuned_settings`` file, or (None, None) for ``none``.  Fails before any run if a budget was not
     tuned or an evaluation document shares a 32-token run with a tuning document."""
-    import dataclasses
-    import hashlib
-
-    from . import tuning
-    from .corpora import load_document
-    from .params import PARAMS
-
     path = r.get("tuned_settings", "none")
     if path in (None, "none"):
         return None, None
@@ -214,43 +205,3 @@ def frozen_settings(r: dict, tok, pcfg, docs):
                  **{k: v for k, v in dataclasses.asdict(c).items() if k in knobs(pol)})
             for (pol, f), c in sorted(over.items())]
     return over, pd.DataFrame(rows)
-
-
-def main(argv=None):
-    import yaml
-
-    from analysis.artifacts import code_hash, write_artifact
-
-    ap = argparse.ArgumentParser(description="chapter 4's long-context runs -> results/<name>/")
-    ap.add_argument("config", help="YAML with a list 'runs' (e.g. sweeps/qevict_long.yaml)")
-    ap.add_argument("--only", nargs="*", help="names of the runs to execute (default: all)")
-    ap.add_argument("--jobs", type=int, default=1,
-                    help="documents run at once in forked processes, one BLAS thread each (default 1)")
-    a = ap.parse_args(argv)
-    with open(a.config) as fh:
-        runs = yaml.safe_load(fh)["runs"]
-    if a.only:
-        unknown = set(a.only) - {r["name"] for r in runs}
-        if unknown:
-            raise SystemExit(f"unknown run(s) {sorted(unknown)}; runs: {[r['name'] for r in runs]}")
-        runs = [r for r in runs if r["name"] in a.only]
-    for r in runs:
-        check_run(r)  # all runs checked before the first starts
-    for r in runs:
-        t0 = time.perf_counter()
-        modules = MODULES + [MODEL_MODULES[r["model"]]]
-        before = code_hash(modules)  # the code that runs, not the code at the end
-        tables = execute(r, jobs=a.jobs)
-        if code_hash(modules) != before:
-            raise SystemExit(f"{r['name']}: the code changed while it ran; run it again")
-        cmd = f"python -m analysis.qevict.longrun {a.config} --only {r['name']}"
-        if a.jobs > 1:
-            cmd += f" --jobs {a.jobs}"
-        path = write_artifact(r["name"], tables, modules=modules, command=cmd,
-                              wall_seconds=time.perf_counter() - t0, params=r, notes=r.get("notes", ""))
-        print(f"wrote {path} ({time.perf_counter() - t0:.0f} s)", flush=True)
-
-
-if __name__ == "__main__":
-    np.seterr(all="ignore")
-    sys.exit(main())

@@ -5,12 +5,12 @@
     python -m analysis.qevict.longrun_units sweeps/qevict_long.yaml --only NAME --fresh
 
 Each entry of the YAML's ``runs`` (one model, a list of documents) is the artifact ``results/<name>/``
-that :mod:`analysis.qevict.longrun` computes; this driver splits it into **units**, one per
+that :mod:`analysis.qevict.longrun` defines; this driver (its one command) splits it into **units**, one per
 (document, model), and computes each with :func:`longrun.execute` on that document alone
 (``run`` with ``documents=[doc]``).  A unit's tables are those rows of the whole run's: the per-document
 rows of ``summary``, ``timings``, ``drift`` and ``drift_ends`` are computed by the same function on the
-same document whatever else runs (one BLAS and one numba thread per unit, as ``longrun --jobs 2`` ran
-the committed artifacts), and ``settings`` does not depend on the documents; the artifact is the
+same document whatever else runs (one BLAS and one numba thread per unit, as the committed artifacts
+were computed), and ``settings`` does not depend on the documents; the artifact is the
 units' tables concatenated in the run's document order, written by :func:`analysis.artifacts.write_artifact`
 with the same modules (``longrun.MODULES`` and the model's module) and so the same code hash.
 
@@ -57,6 +57,7 @@ import threading
 import time
 from pathlib import Path
 
+import numba
 import numpy as np
 import pandas as pd
 import yaml
@@ -65,8 +66,6 @@ from analysis.artifacts import REPO_ROOT, atomic_write, code_hash, results_dir, 
 from analysis.tasks import run_tasks
 
 from . import longrun
-from .config import policy_config
-from .corpora import load_document
 from .runner import _blas_threads
 
 UNIT_FORMAT = 1
@@ -151,14 +150,12 @@ def _using_loader(name: str | None):
 def compute_unit(task: dict) -> dict:
     """Compute one unit (in a local worker process, a Dask worker, or the driver): the unit record
     (without writing it; the driver does).  ``task``: run (checked), document, loader, verbose."""
-    import numba  # optional heavy dependency
-
     r, doc = task["run"], task["document"]
     with _ONE_AT_A_TIME:
         before = code_hash(modules(r))
         t0 = time.perf_counter()
         threads = numba.get_num_threads()
-        numba.set_num_threads(1)  # one thread per unit, as longrun --jobs 2 (the committed artifacts) ran
+        numba.set_num_threads(1)  # one thread per unit, as the committed artifacts were computed
         try:
             with _blas_threads(1), _using_loader(task.get("loader")), np.errstate(all="ignore"):
                 tables = longrun.execute(dict(r, documents=[doc]), verbose=task.get("verbose", False), jobs=1)
@@ -174,16 +171,10 @@ def compute_unit(task: dict) -> dict:
 
 
 def precheck(r: dict, loader: str | None) -> None:
-    """The checks :func:`longrun.execute` makes before any work (every document long enough, the
-    tuned settings cover the budgets, no evaluation document overlaps a tuning one), for all the run's
-    documents at once, before the first unit starts (its first lines, which the keyed module cannot
-    expose as a function of their own until it is next regenerated)."""
-    model, tok = _loader(loader)(r["model"])
-    P, D = int(r["prefill_tokens"]), int(r["decode_tokens"])
-    pcfg = policy_config(dict(r, head_dim=model.cfg.head_dim))
-    docs = [load_document(s, tok, P + D + 1, prefill_tokens=P, n_needles=r["n_needles"],
-                          n_queries=r["n_queries"], seed=r["seed"]) for s in r["documents"]]
-    longrun.frozen_settings(r, tok, pcfg, docs)
+    """:func:`longrun.prepare` (the checks :func:`longrun.execute` makes before any work) for all the
+    run's documents at once, before the first unit starts."""
+    with _using_loader(loader):
+        longrun.prepare(r)
 
 
 # ------------------------------------------------------------------------------ the unit store

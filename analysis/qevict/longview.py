@@ -338,7 +338,7 @@ def scored_steps_text(summaries) -> str:
 
 
 # --- the drift claim's primary rule: the paper's own metrics against their nulls ----------------------
-# Declared 2026-12-02 (issue 28, item 5), after every value below had been computed: an amendment of
+# Declared 2026-12-02, after every value below had been computed: an amendment of
 # the ch4_drift rule, logged in data/claims.yaml.  The far-pair missed share of DRIFT_RULE
 # (analysis.qevict.metrics) is kept as a secondary statistic with its own label; it no longer decides.
 DRIFT_PRIMARY_RULE = dict(

@@ -91,8 +91,8 @@ def summarize_run(result: dict, doc_spec: str, answers=()) -> pd.DataFrame:
 
 
 def _traffic_columns(result: dict, i: int) -> dict:
-    """Issue 14's accounting for stream ``i``: FMM by tier, bytes on and off the device and recall
-    traffic per decoding step (absent in results computed before it: NaN)."""
+    """The tiered accounting for stream ``i``: FMM by tier, bytes on and off the device and recall
+    traffic per decoding step (absent in results computed before the offloading tier: NaN)."""
     if "device_bytes" not in result:
         return dict(fmm_quantized=np.nan, fmm_offloaded=np.nan, device_bytes=np.nan, device_frac=np.nan,
                     offdevice_bytes=np.nan, offdevice_frac=np.nan, recall_bytes_per_step=np.nan,
@@ -108,11 +108,6 @@ def _traffic_columns(result: dict, i: int) -> dict:
         recall_bytes_per_step=float(result["step_recall_bytes"][:, i].mean()),
         recall_transfers_per_step=float(result["step_recall_transfers"][:, i].mean()),
     )
-
-
-def fmm_by_step(result: dict) -> np.ndarray:
-    """(D, B) FMM per step (mean over layers)."""
-    return result["fmm"].mean(-1)
 
 
 def global_lir(attn_full: np.ndarray, prefill_tokens: int, window: int, gap: int, tau: float = 1.0,
@@ -209,7 +204,7 @@ def tier_bytes_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------------------------
-# Issue 14: metrics tied to what a policy decides, drift against a declared null, the declared rules
+# Metrics tied to what a policy decides, drift against a declared null, the declared rules
 # ----------------------------------------------------------------------------------------------
 
 def pareto_mask(points) -> np.ndarray:
@@ -354,8 +349,8 @@ def drift_against_null(attn_full: np.ndarray, statistic, n_shuffles: int = 20, s
                 rel_excess=(obs / nm - 1) if nm > 0 else np.nan, n_shuffles=n_shuffles)
 
 
-# The drift rule, declared before any result (issue 14; replaces the earlier rule, which passed
-# whenever any window re-activated once).
+# The drift rule, declared before any result (it replaces an earlier rule, which passed whenever any
+# window re-activated once).
 DRIFT_RULE = dict(
     statistic="far_pair_miss", budget=0.20, block_steps=8, n_shuffles=20, alpha=0.05,
     text=("importance drifts when, for decoding steps at least half the run apart, the top 20% of prompt "
@@ -412,7 +407,7 @@ def lir_gain_correlation(summary: pd.DataFrame, lir_per_doc: pd.Series, policy: 
     """Per document, the KL gain of ``policy`` over ``reference`` (mean over budgets of
     KL(reference) - KL(policy)) against the document's LIR: Spearman's rho with a bootstrap interval
     over documents.  Does drift predict when recovery pays?"""
-    from scipy.stats import spearmanr
+    from scipy.stats import spearmanr  # optional heavy dependency: scipy.stats takes about 1 s to import
 
     k = summary[summary.policy.isin([policy, reference])].pivot_table(
         index="document", columns="policy", values="kl", aggfunc="mean")
@@ -435,7 +430,7 @@ def lir_gain_correlation(summary: pd.DataFrame, lir_per_doc: pd.Series, policy: 
     return dict(rho=rho, lo=float(lo), hi=float(hi), n_docs=n, table=t)
 
 
-# The QEvict rule, declared before any result (issue 11 / 14).
+# The QEvict rule, declared before any result.
 QEVICT_RULE = dict(
     metric="kl", alpha=0.05, margin_rel=0.10, min_budget_share=0.75, min_docs=3, eps=1e-6,
     text=("per (baseline, budget), the per-document log ratio log(KL_QEvict / KL_baseline): 'better' when "
@@ -470,7 +465,7 @@ def qevict_rule(summary: pd.DataFrame, policy: str, baselines,
     """Apply :data:`QEVICT_RULE`: returns (verdict, one row per (baseline, budget) with the mean log
     ratio, its Holm-level interval (level 1 - alpha / (m - k + 1) for the pair ranked k-th by its
     not-worse p-value), the three Holm-adjusted p-values and the outcome)."""
-    from scipy import stats as st
+    from scipy import stats as st  # optional heavy dependency: scipy.stats takes about 1 s to import
 
     metric, eps, alpha = rule["metric"], rule["eps"], rule["alpha"]
     delta = np.log1p(rule["margin_rel"])

@@ -14,9 +14,17 @@ import time
 from functools import lru_cache
 
 import numpy as np
+from scipy.ndimage import maximum_filter1d
+
+from analysis.cache import cached
 
 from .kvcache import EVICTED, FULL, OFFLOADED, QUANT, MultiStreamCache
 from .policies import PolicyConfig, make_policy
+
+try:
+    from threadpoolctl import threadpool_limits
+except ImportError:  # optional: _blas_threads then leaves the BLAS as it is
+    threadpool_limits = None
 
 
 class PrefillCapture:
@@ -51,8 +59,6 @@ def window_stats(cap: PrefillCapture, n_kv: int, window: int, kernel: int) -> di
 
     obs = cap.obs_sum
     if kernel > 1:
-        from scipy.ndimage import maximum_filter1d
-
         pooled = maximum_filter1d(obs, size=kernel, axis=-1, mode="constant", cval=0.0)
     else:
         pooled = obs
@@ -78,9 +84,7 @@ class _blas_threads:
         self.n, self.ctl = n, None
 
     def __enter__(self):
-        try:
-            from threadpoolctl import threadpool_limits
-        except ImportError:  # optional: leave the BLAS as it is
+        if threadpool_limits is None:  # optional: leave the BLAS as it is
             return self
         self.ctl = threadpool_limits(limits=self.n, user_api="blas")
         return self
@@ -358,8 +362,6 @@ def run_document_cached(model, tokens, prefill_tokens, decode_tokens, policies, 
                         *, verbose=False, overrides: dict | None = None, extra_streams=()):
     """:func:`run_document`, memoised on disk by the tokens, lengths, policies, budgets, policy
     configuration, model file and code (``analysis.cache``)."""
-    from analysis.cache import cached
-
     tokens = np.asarray(tokens, dtype=np.int64)[: prefill_tokens + decode_tokens + 1]
     inputs = dict(tokens=hashlib.sha256(tokens.tobytes()).hexdigest(), P=int(prefill_tokens),
                   D=int(decode_tokens), policies=list(policies), budgets=[float(b) for b in budgets],

@@ -14,10 +14,16 @@
 """
 from __future__ import annotations
 
+import hashlib
 from functools import lru_cache
 
 import numpy as np
+from tokenizers import AddedToken, decoders, models, normalizers, pre_tokenizers
+from tokenizers import Tokenizer as HFTokenizer
 
+from analysis.cache import cache_dir
+
+from .gguf_model import gguf_path
 from .ggufread import read_gguf
 
 TOKEN_TYPE_CONTROL = 3
@@ -27,9 +33,6 @@ TOKEN_TYPE_USER_DEFINED = 4
 class Tokenizer:
     def __init__(self, tokens: list[str], merges: list[str], token_types=None, eos_id: int | None = None,
                  bos_id: int | None = None, pre: str = "smollm"):
-        from tokenizers import AddedToken, decoders, models, pre_tokenizers
-        from tokenizers import Tokenizer as HFTokenizer
-
         vocab = {t: i for i, t in enumerate(tokens)}
         if len(vocab) != len(tokens):
             raise ValueError("duplicate tokens in vocabulary")
@@ -62,12 +65,6 @@ class Tokenizer:
         """SentencePiece BPE (see the module docstring) as a Hugging Face ``tokenizers`` BPE.  Deriving
         the merges takes minutes for a 262K vocabulary, so the result is cached on disk
         (``analysis.cache`` directory) keyed by the vocabulary's content."""
-        import hashlib
-
-        from tokenizers import Tokenizer as HFTokenizer
-
-        from analysis.cache import cache_dir
-
         types = np.asarray(token_types)
         scores = np.asarray(scores, dtype=np.float64)
         h = hashlib.sha256("\0".join(tokens).encode("utf-8", "surrogatepass"))
@@ -89,9 +86,6 @@ class Tokenizer:
 
     @staticmethod
     def _build_spm_bpe(tokens, scores, types):
-        from tokenizers import AddedToken, decoders, models, normalizers
-        from tokenizers import Tokenizer as HFTokenizer
-
         vocab = {t: i for i, t in enumerate(tokens)}
         merges = []
         for i, t in enumerate(tokens):
@@ -118,8 +112,6 @@ class Tokenizer:
 
     @classmethod
     def from_gguf(cls, path: str | None = None) -> "Tokenizer":
-        from .gguf_model import gguf_path
-
         r = read_gguf(path or gguf_path())
         model = r.fields["tokenizer.ggml.model"]
 
