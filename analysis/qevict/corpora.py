@@ -38,6 +38,9 @@ from pathlib import Path
 from pydoc_data.topics import topics
 
 import numpy as np
+import pandas as pd
+
+from analysis import data
 
 HAYSTACK_FALLBACK = ("turtle", "_pydecimal", "typing", "difflib", "doctest", "logging", "statistics")
 NEEDLE_KEYS = (
@@ -294,26 +297,26 @@ FOLDOC_INDEX = "usr/share/dictd/foldoc.index"
 MAN_DIR = "usr/share/man"
 
 
-def ar_members(data: bytes) -> dict[str, bytes]:
+def ar_members(blob: bytes) -> dict[str, bytes]:
     """Members of a Unix ``ar`` archive (the container of a .deb) by name."""
-    if not data.startswith(b"!<arch>\n"):
+    if not blob.startswith(b"!<arch>\n"):
         raise ValueError("not an ar archive (a .deb starts with '!<arch>\\n')")
     out, pos = {}, 8
-    while pos + 60 <= len(data):
-        head = data[pos:pos + 60]
+    while pos + 60 <= len(blob):
+        head = blob[pos:pos + 60]
         if head[58:60] != b"`\n":
             raise ValueError(f"corrupt ar member header at byte {pos}")
         name = head[:16].decode("ascii").strip().rstrip("/")
         size = int(head[48:58].decode("ascii").strip())
-        out[name] = data[pos + 60:pos + 60 + size]
+        out[name] = blob[pos + 60:pos + 60 + size]
         pos += 60 + size + (size & 1)
     return out
 
 
-def deb_files(data: bytes) -> dict[str, bytes]:
+def deb_files(blob: bytes) -> dict[str, bytes]:
     """The regular files of a .deb's ``data.tar`` (xz, gzip or uncompressed) by path without the
     leading ``./``; links and directories are left out."""
-    members = ar_members(data)
+    members = ar_members(blob)
     names = [n for n in members if n.startswith("data.tar")]
     if not names:
         raise ValueError(f"no data.tar member in the .deb (members: {', '.join(members)})")
@@ -331,15 +334,11 @@ def deb_files(data: bytes) -> dict[str, bytes]:
 
 def debian_entry(kind: str) -> dict:
     """Registry entry (data/registry.yaml) of the Debian package behind genre ``kind``."""
-    from analysis import data
-
     return data.registry()[DEBIAN_SOURCES[kind]]
 
 
 @functools.lru_cache(maxsize=None)
 def _package_files(name: str) -> dict[str, bytes]:
-    from analysis import data
-
     return deb_files(data.path(name).read_bytes())
 
 
@@ -701,8 +700,6 @@ def document_sources(specs):
     ``specs``) with its documents, source, package and version, and licence. Debian genres read
     their registry entry (data/registry.yaml; nothing is downloaded), the others name the running
     Python."""
-    import pandas as pd
-
     rows, seen = [], {}
     for s in dict.fromkeys(specs):  # each document once (runs on several models share them)
         kind, _ = parse_spec(s)

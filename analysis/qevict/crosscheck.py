@@ -64,7 +64,8 @@ VENV = REPO / ".venv-crosscheck"
 # of the numpy side it calls
 MODULES = ["analysis.qevict.crosscheck", "analysis.qevict.kvpress_side", "analysis.qevict.runner",
            "analysis.qevict.policies", "analysis.qevict.kvcache", "analysis.qevict.kernels",
-           "analysis.qevict.gguf_model", "analysis.qevict.lmhead", "analysis.qevict.corpora",
+           "analysis.qevict.gguf_model", "analysis.qevict.ggufread", "analysis.qevict.lmhead",
+           "analysis.qevict.corpora",
            "analysis.qevict.tokenizer", "analysis.qevict.quant", "analysis.qevict.tuning",
            "analysis.qevict.config", "analysis.qevict.params"]
 # A matched pair of compressed caches agrees "within float tolerance" when its largest logit difference

@@ -22,8 +22,8 @@ from .tokenizer import load_tokenizer
 # the code a run of run_experiment executes, the key of the committed artifacts it computes (chapter 4's
 # default run adds its own modules, analysis.qevict.defaultrun; chapter 5's measurement uses it as it is)
 MODULES = sorted(f"analysis.qevict.{m}" for m in (
-    "experiment", "config", "params", "tuning", "corpora", "tokenizer", "gguf_model", "lmhead", "runner",
-    "kvcache", "kernels", "policies", "quant", "metrics", "labels"))
+    "experiment", "config", "params", "tuning", "corpora", "tokenizer", "gguf_model", "ggufread", "lmhead",
+    "runner", "kvcache", "kernels", "policies", "quant", "metrics", "labels"))
 DEFAULT_MODEL = "smollm2"  # the default run's model (gguf_model.load_model), as the long runs name it
 
 

@@ -49,7 +49,7 @@ MODULES = ["analysis.qevict.runner", "analysis.qevict.kvcache", "analysis.qevict
            "analysis.qevict.metrics",
            "analysis.qevict.longrun", "analysis.qevict.kernels", "analysis.qevict.verdicts",
            "analysis.qevict.config", "analysis.qevict.params", "analysis.qevict.tuning",
-           "analysis.qevict.lmhead"]  # lmhead: both models' output head (with MODEL_MODULES)
+           "analysis.qevict.lmhead", "analysis.qevict.ggufread"]  # both models' output head and reader
 # the drift rule's sensitivities that need each document's attention (the others act on the table)
 DRIFT_ENDS = {"top share of windows": "budget", "shuffle block (steps)": "block"}
 MODEL_MODULES = {"smollm2": "analysis.qevict.gguf_model", "gemma3-270m": "analysis.qevict.gemma_model"}
