@@ -36,6 +36,7 @@ Latency model (per request, steady state, open arrivals at the utilisation the p
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import itertools
 import math
@@ -195,6 +196,54 @@ def _split_step(s, prec, eff, da, df, *, tp, n_a, n_f, m, scaleup=True, **pass_k
     return s.n_layers * af_layer_time(a, f, x1, m, eff.overlap) + eff.step_overhead_s
 
 
+# Within one unit's search over device pairs (:func:`unit_candidates` of a split unit on named devices),
+# the attention side of a pass depends on the attention device only and the FFN side on the FFN device
+# only: each is priced once per device and reused for every pair (with the operators it priced replayed,
+# in order, into the active ledger), instead of once per pair. Same operations, same values.
+_SIDE_MEMO: contextvars.ContextVar = contextvars.ContextVar("split_side_memo", default=None)
+
+
+class _Recorder(costs.Ledger):
+    """A ledger that keeps its calls, to replay them into another ledger."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def add(self, kind, seconds, measured):
+        self.calls.append((kind, seconds, measured))
+
+
+def _array_key(kw: dict) -> tuple:
+    out = []
+    for k in sorted(kw):
+        v = kw[k]
+        if isinstance(v, np.ndarray):
+            out.append((k, v.dtype.str, v.shape, v.tobytes()))
+        else:
+            out.append((k, type(v).__name__, repr(v)))
+    return tuple(out)
+
+
+def _memo_side(memo: dict, key, compute):
+    """``compute()`` once per ``key`` of ``memo``; the operators it priced are replayed into the active
+    ledger at every use, so a ledger sees exactly what the computation itself would record."""
+    hit = memo.get(key)
+    if hit is None:
+        rec = _Recorder()
+        tok = costs._LEDGER.set(rec)
+        try:
+            value = compute()
+        finally:
+            costs._LEDGER.reset(tok)
+        hit = memo[key] = (value, rec.calls)
+    led = costs._LEDGER.get()
+    if led is not None:
+        for call in hit[1]:
+            led.add(*call)
+    return hit[0]
+
+
 def split_layer_parts(s, prec, eff, da, df, *, tp, n_a, n_f, m, scaleup=True, **pass_kw):
     """Per layer and per micro-batch (s): attention time ``a`` (with its tensor-parallel all-reduce,
     context-parallel exchange and layer overhead), FFN time ``f`` and one direction of the activation
@@ -204,7 +253,16 @@ def split_layer_parts(s, prec, eff, da, df, *, tp, n_a, n_f, m, scaleup=True, **
     kw = {k: (np.asarray(v, dtype=float) / m if k in ("dec_seqs", "pre_seqs") else v)
           for k, v in pass_kw.items()}
     dp = n_a / tp
-    ta, tf, p = costs.forward_parts(s, prec, eff, da, df, tp=tp, dp=dp, n_ffn=n_f, **kw)
+    memo = _SIDE_MEMO.get()
+    if memo is None:
+        ta, tf, p = costs.forward_parts(s, prec, eff, da, df, tp=tp, dp=dp, n_ffn=n_f, **kw)
+    else:  # one unit's device pairs share their sides: each attention device and FFN device priced once
+        p = costs.pass_inputs(s, **kw)
+        k = _array_key(kw)
+        ta = _memo_side(memo, ("attn", da["name"], _array_key(dict(tp=tp, dp=dp)), k),
+                        lambda: costs.attention_side(s, prec, eff, da, p, tp=tp, dp=dp))
+        tf = _memo_side(memo, ("ffn", df["name"], _array_key(dict(n_ffn=n_f)), k),
+                        lambda: costs.ffn_side(s, prec, eff, df, p, n_ffn=n_f))
     ba, bf = da.get("backend", "roofline"), df.get("backend", "roofline")
     # two TP all-reduces per layer on the attention side
     ta = ta + costs.allreduce_time(s, prec, eff, da["link"], tokens=p["tokens"] / dp, n=tp, backend=ba)
@@ -448,12 +506,20 @@ def unit_candidates(unit, roles, model, wl, hardware, **kw):
     """Candidates of one unit concatenated over its hardware choices; the device names are kept
     once per choice (``_hw`` list) and referenced by the integer array ``hw_idx``."""
     parts = []
-    for hw in _unit_hw(roles, hardware):
-        with costs.ledger() as led:  # per candidate: the share of its operator seconds read from tables
-            p = role_candidates(unit, model, wl, hw, **kw)
-        share = np.asarray(led.measured_share, dtype=float)
-        p["measured_share"] = np.broadcast_to(share, np.shape(p["rate"])).copy()
-        parts.append(p)
+    pairs = _unit_hw(roles, hardware)
+    # split units over several named devices: share each device's side across its pairs (_SIDE_MEMO)
+    shared = (not isinstance(roles, str) and len(pairs) > 1
+              and all(isinstance(h, str) for pair in pairs for h in pair))
+    tok = _SIDE_MEMO.set({} if shared else None)
+    try:
+        for hw in pairs:
+            with costs.ledger() as led:  # per candidate: the share of its operator seconds read from tables
+                p = role_candidates(unit, model, wl, hw, **kw)
+            share = np.asarray(led.measured_share, dtype=float)
+            p["measured_share"] = np.broadcast_to(share, np.shape(p["rate"])).copy()
+            parts.append(p)
+    finally:
+        _SIDE_MEMO.reset(tok)
     names = [{k: p[k] for k in HW_KEYS if k in p} for p in parts]
     keys = [k for k in parts[0] if k not in HW_KEYS]
     out = {k: np.concatenate([p[k] for p in parts]) for k in keys}
@@ -656,6 +722,8 @@ def best_plan(mode, model, wl: Workload, slo: SLO, hardware: dict, *, budget: in
         dv = c["devices"][order]
         rank = np.arange(len(dv)) - np.searchsorted(dv, dv, side="left")  # rank within its instance size
         per_unit.append((order[rank < max(_top, 1)], c))
+    if not whole_instances and not _top:
+        return _best_rate_matched(mode, per_unit, key, budget, wl, n_total, grid, s)
     combos = []
     for combo in itertools.product(*[list(ix) for ix, _ in per_unit]):
         devs = sum(c["devices"][i] for i, (_, c) in zip(combo, per_unit))
@@ -679,6 +747,32 @@ def best_plan(mode, model, wl: Workload, slo: SLO, hardware: dict, *, budget: in
     plan = _assemble(mode, combo, per_unit, wl, n_total, grid.limited(budget), budget, counts, bool(s.n_moe))
     warn_edges(f"the best {mode} plan ({plan.tokens_per_s_per_device:,.4g} tokens/s per device)", plan.edges,
                grid.limited(budget), budget)
+    return plan
+
+
+def _best_rate_matched(mode, per_unit, key, budget, wl, n_total, grid, s) -> Plan:
+    """:func:`best_plan`'s choice among rate-matched combinations, vectorised: every combination of the
+    units' candidates (in ``itertools.product`` order, row-major) within the budget, its cost the sum of
+    the units' costs added in unit order; the first of the least cost wins (what a stable sort by cost
+    picks)."""
+    n = len(per_unit)
+    devs, cost = 0, 0.0
+    for j, (ix, c) in enumerate(per_unit):
+        shape = [1] * n
+        shape[j] = len(ix)
+        devs = devs + c["devices"][ix].reshape(shape)
+        cost = cost + c[key][ix].reshape(shape)
+    fits = np.flatnonzero(np.ravel(devs <= budget))
+    if not len(fits):
+        return Plan(mode, False,
+                    f"the units' smallest feasible instances need more than {budget} devices together",
+                    candidates=n_total)
+    flat = fits[np.argmin(np.ravel(cost)[fits])]
+    at = np.unravel_index(flat, tuple(len(ix) for ix, _ in per_unit))
+    combo = tuple(ix[a] for (ix, _), a in zip(per_unit, at))
+    plan = _assemble(mode, combo, per_unit, wl, n_total, grid.limited(budget), budget, None, bool(s.n_moe))
+    warn_edges(f"the best {mode} plan ({plan.tokens_per_s_per_device:,.4g} tokens/s per device)", plan.edges,
+               grid.limited(budget), budget, stacklevel=4)
     return plan
 
 
