@@ -1070,14 +1070,24 @@ def moe_split_ratio(folder: str, tokens, n, moe_tp, hidden, inter, topk, n_exper
     its nearest end. 1 where ``moe_tp <= 1``, and where no shape of the dtype holds both layouts (also
     recorded, as None). Vectorised over ``tokens``, ``n`` and ``moe_tp``."""
     tok, n_, mt_ = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (tokens, n, moe_tp)))
-    out = np.ones(tok.shape)
     key = (int(hidden), int(inter), int(topk), int(n_experts))
+    # the same call again (a calibration fit re-prices the same runs at many parameter vectors): the
+    # stored ratios, with the same substitutes recorded; the tables are read once per process
+    memo_key = (folder, dtype, key, framework, tok.shape, tok.tobytes(), n_.tobytes(), mt_.tobytes(),
+                float(topk), float(n_experts))
+    hit = _SPLIT_RATIO_MEMO.get(memo_key)
+    if hit is not None:
+        SPLIT_SUBSTITUTES.update(hit[1])
+        return hit[0].copy()
+    out = np.ones(tok.shape)
+    recorded = {}
     split = mt_ > 1
     for nn, mt in {(float(a), float(b)) for a, b in zip(n_[split], mt_[split])}:
         sel = split & (n_ == nn) & (mt_ == mt)
         src = _split_source(folder, dtype, key, int(round(mt)), nn, framework)
         # recorded: the (moe dtype, shape) whose ratio is used, None where none holds both layouts
-        SPLIT_SUBSTITUTES[(folder, dtype, key, mt, nn)] = None if src is None else (src[0], src[1])
+        SPLIT_SUBSTITUTES[(folder, dtype, key, mt, nn)] = recorded[(folder, dtype, key, mt, nn)] = (
+            None if src is None else (src[0], src[1]))
         if src is None:
             continue
         _, kk, (ga, gb) = src
@@ -1089,7 +1099,15 @@ def moe_split_ratio(folder: str, tokens, n, moe_tp, hidden, inter, topk, n_exper
         b, cb = interpolate(gb, (t, np.full_like(t, nn)))
         good = (ca == MEASURED) & (cb == MEASURED)
         out[sel] = np.where(good, a / np.where(good, b, 1.0), 1.0)
+    if len(_SPLIT_RATIO_MEMO) >= _SPLIT_RATIO_MEMO_MAX:
+        _SPLIT_RATIO_MEMO.clear()
+    _SPLIT_RATIO_MEMO[memo_key] = (out.copy(), recorded)
     return out
+
+
+# moe_split_ratio's results by their full input (bounded; cleared when full)
+_SPLIT_RATIO_MEMO: dict = {}
+_SPLIT_RATIO_MEMO_MAX = 50_000
 
 
 def moe_split_dtype(weight_bytes):
