@@ -289,17 +289,48 @@ def load(path: Path, kind: str) -> Table:
     lat = df["latency"].to_numpy(dtype=float)
     if len(df) == 0 or not np.all(np.isfinite(lat)) or np.any(lat <= 0):
         raise TableError(f"measured table {path} has no rows or a non-finite or non-positive latency")
-    fw_ver = sorted(set(zip(df["framework"].astype(str), df["version"].astype(str))))
+    fv = df[["framework", "version"]].astype(str).drop_duplicates()  # the distinct pairs, then as before
+    fw_ver = sorted(set(zip(fv["framework"], fv["version"])))
     df = df.assign(_loglat=np.log(lat * 1e-3))  # ms -> s
+    return Table(path, kind, fw_ver[0][0] if len(fw_ver) == 1 else str(fw_ver), path.parent.name,
+                 _grids(df, [*key, *disc], list(cont)))
+
+
+def _scalar(v):
+    """A key value as a groupby's iteration gives it (Python scalars, not numpy's)."""
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def _grids(df: pd.DataFrame, outer: list, cont: list) -> dict:
+    """One :class:`Grid` per value of the ``outer`` columns (keys in sorted order): the mean of
+    ``_loglat`` at every measured point of the ``cont`` axes (repeated measurements: mean of logs),
+    each axis the sorted values measured under that key. One grouped mean over all the columns (a
+    group's mean does not depend on the other groups), cut into the keys' contiguous blocks."""
+    full = df.groupby([*outer, *cont], sort=True)["_loglat"].mean()
+    idx = full.index if len(outer) + len(cont) > 1 else pd.MultiIndex.from_arrays([full.index])
+    vals_all = full.to_numpy()
+    no, n = len(outer), len(full)
+    codes = [np.asarray(c) for c in idx.codes]
+    new_key = np.zeros(n, dtype=bool)
+    if n:
+        new_key[0] = True
+    for c in codes[:no]:
+        new_key[1:] |= c[1:] != c[:-1]
+    starts = np.flatnonzero(new_key)
+    ends = np.append(starts[1:], n)
     grids = {}
-    for k, g in df.groupby([*key, *disc], sort=True):
-        g = g.groupby(list(cont), sort=True)["_loglat"].mean()  # repeated measurements: mean of logs
-        idx = g.index if len(cont) > 1 else pd.MultiIndex.from_arrays([g.index])
-        axes = tuple(np.log(np.asarray(lv, dtype=float)) for lv in idx.levels)
-        vals = np.full(tuple(len(a) for a in axes), np.nan)
-        vals[tuple(np.asarray(c) for c in idx.codes)] = g.to_numpy()
-        grids[k if isinstance(k, tuple) else (k,)] = Grid(axes, vals)
-    return Table(path, kind, fw_ver[0][0] if len(fw_ver) == 1 else str(fw_ver), path.parent.name, grids)
+    for a, b in zip(starts, ends):
+        k = tuple(_scalar(idx.levels[j][codes[j][a]]) for j in range(no))
+        axes, at = [], []
+        for j in range(no, no + len(cont)):
+            c = codes[j][a:b]
+            used = np.unique(c)  # the level's values measured under this key, sorted
+            axes.append(np.log(np.asarray(idx.levels[j][used], dtype=float)))
+            at.append(np.searchsorted(used, c))
+        vals = np.full(tuple(len(x) for x in axes), np.nan)
+        vals[tuple(at)] = vals_all[a:b]
+        grids[k] = Grid(tuple(axes), vals)
+    return grids
 
 
 def table(folder: str, kind: str, framework: str = DEFAULT_FRAMEWORK) -> Table:
