@@ -718,6 +718,9 @@ def best_plan(mode, model, wl: Workload, slo: SLO, hardware: dict, *, budget: in
     per_unit = []
     for c, ok in zip(cands, best_idx):
         idx = np.flatnonzero(ok)
+        if _top <= 1:
+            per_unit.append((_cheapest_per_size(idx, c["devices"][idx], c[key][idx]), c))
+            continue
         order = idx[np.lexsort((c[key][idx], c["devices"][idx]))]
         dv = c["devices"][order]
         rank = np.arange(len(dv)) - np.searchsorted(dv, dv, side="left")  # rank within its instance size
@@ -748,6 +751,18 @@ def best_plan(mode, model, wl: Workload, slo: SLO, hardware: dict, *, budget: in
     warn_edges(f"the best {mode} plan ({plan.tokens_per_s_per_device:,.4g} tokens/s per device)", plan.edges,
                grid.limited(budget), budget)
     return plan
+
+
+def _cheapest_per_size(idx, devices, cost):
+    """Of the candidates ``idx`` (ascending), for each distinct instance size (``devices``, ascending)
+    the first of the least ``cost`` (finite): what a stable sort by size then cost puts first in each
+    size, without sorting."""
+    sizes, inv = np.unique(devices, return_inverse=True)
+    least = np.full(len(sizes), np.inf)
+    np.minimum.at(least, inv, cost)
+    at = np.flatnonzero(cost == least[inv])
+    _, first = np.unique(inv[at], return_index=True)
+    return idx[at[first]]
 
 
 def _best_rate_matched(mode, per_unit, key, budget, wl, n_total, grid, s) -> Plan:
