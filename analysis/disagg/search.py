@@ -244,6 +244,25 @@ def _memo_side(memo: dict, key, compute):
     return hit[0]
 
 
+def _attn_layer(s, prec, eff, da, ta, p, kw, *, tp, dp):
+    """Per layer: the attention side ``ta`` of a pass with its two TP all-reduces, the context-parallel
+    exchange and the layer overhead (:func:`split_layer_parts`)."""
+    ba = da.get("backend", "roofline")
+    # two TP all-reduces per layer on the attention side
+    ta = ta + costs.allreduce_time(s, prec, eff, da["link"], tokens=p["tokens"] / dp, n=tp, backend=ba)
+    cp = np.where(np.asarray(kw.get("pre_seqs", 0.0)) < dp, p["cp_tokens"], 0.0)
+    ta = ta + costs.cp_time(s, prec, eff, da["link"], cp_tokens=cp, dp=dp, backend=ba)
+    return ta / s.n_layers + eff.layer_overhead_s
+
+
+def _ffn_layer(s, prec, eff, df, tf, p, *, n_f):
+    """Per layer: the FFN side ``tf`` of a pass, with a dense FFN's all-reduce inside its pool."""
+    if not s.n_moe:  # dense FFN split over n_f devices: one all-reduce per layer inside the FFN pool
+        tf = tf + costs.allreduce_time(s, prec, eff, df["link"], tokens=p["tokens"], n=n_f, per_layer=1,
+                                       backend=df.get("backend", "roofline"))
+    return tf / s.n_layers
+
+
 def split_layer_parts(s, prec, eff, da, df, *, tp, n_a, n_f, m, scaleup=True, **pass_kw):
     """Per layer and per micro-batch (s): attention time ``a`` (with its tensor-parallel all-reduce,
     context-parallel exchange and layer overhead), FFN time ``f`` and one direction of the activation
@@ -256,24 +275,22 @@ def split_layer_parts(s, prec, eff, da, df, *, tp, n_a, n_f, m, scaleup=True, **
     memo = _SIDE_MEMO.get()
     if memo is None:
         ta, tf, p = costs.forward_parts(s, prec, eff, da, df, tp=tp, dp=dp, n_ffn=n_f, **kw)
+        a = _attn_layer(s, prec, eff, da, ta, p, kw, tp=tp, dp=dp)
+        f = _ffn_layer(s, prec, eff, df, tf, p, n_f=n_f)
     else:  # one unit's device pairs share their sides: each attention device and FFN device priced once
-        p = costs.pass_inputs(s, **kw)
-        k = _array_key(kw)
-        ta = _memo_side(memo, ("attn", da["name"], _array_key(dict(tp=tp, dp=dp)), k),
+        k = _array_key(kw) + _array_key(dict(tp=tp, n_a=n_a, n_f=n_f))
+        p = memo.get(("pass", k))
+        if p is None:
+            p = memo[("pass", k)] = costs.pass_inputs(s, **kw)
+        # the operators replayed in the order the lines above price them: attention side, FFN side,
+        # the attention side's all-reduce and context-parallel exchange, the dense FFN's all-reduce
+        ta = _memo_side(memo, ("attn", da["name"], k),
                         lambda: costs.attention_side(s, prec, eff, da, p, tp=tp, dp=dp))
-        tf = _memo_side(memo, ("ffn", df["name"], _array_key(dict(n_ffn=n_f)), k),
-                        lambda: costs.ffn_side(s, prec, eff, df, p, n_ffn=n_f))
-    ba, bf = da.get("backend", "roofline"), df.get("backend", "roofline")
-    # two TP all-reduces per layer on the attention side
-    ta = ta + costs.allreduce_time(s, prec, eff, da["link"], tokens=p["tokens"] / dp, n=tp, backend=ba)
-    cp = np.where(np.asarray(kw.get("pre_seqs", 0.0)) < dp, p["cp_tokens"], 0.0)
-    ta = ta + costs.cp_time(s, prec, eff, da["link"], cp_tokens=cp, dp=dp, backend=ba)
-    if not s.n_moe:  # dense FFN split over n_f devices: one all-reduce per layer inside the FFN pool
-        tf = tf + costs.allreduce_time(s, prec, eff, df["link"], tokens=p["tokens"], n=n_f, per_layer=1,
-                                       backend=bf)
-    L = s.n_layers
-    a = ta / L + eff.layer_overhead_s
-    f = tf / L
+        tf = _memo_side(memo, ("ffn", df["name"], k), lambda: costs.ffn_side(s, prec, eff, df, p, n_ffn=n_f))
+        a = _memo_side(memo, ("a", da["name"], k),
+                       lambda: _attn_layer(s, prec, eff, da, ta, p, kw, tp=tp, dp=dp))
+        f = _memo_side(memo, ("f", df["name"], k), lambda: _ffn_layer(s, prec, eff, df, tf, p, n_f=n_f))
+    ba = da.get("backend", "roofline")
     net = np.minimum(da["net"], df["net"])
     if scaleup:  # scale-up where the pair fits in one domain of the same device type; hierarchical beyond
         same = da["name"] == df["name"]
@@ -420,20 +437,28 @@ def role_candidates(role, model, wl: Workload, hw, *, prec: Precision, eff: Effi
         raise SearchError(f"unknown role {role!r}; roles: C, P, D, AF, PAF, DAF")
     ha, hf = hw
     da, df = _devices.device(ha, prec.compute), _devices.device(hf, prec.compute)
-    base = dict(n_a=g.sizes, tp=g.tps, n_f=g.sizes, m=g.microbatches)
-    if role == "AF":
-        c = _mesh(**base, batch=g.batches, chunk=g.chunks[::2])
-    elif role == "PAF":
-        c = _mesh(**base, pbatch=g.prefill_batches, rho=g.utilisations)
+    memo = _SIDE_MEMO.get()
+    mesh = None if memo is None else memo.get(("mesh", role, g, budget))
+    if mesh is None:  # the configurations and weight bytes do not depend on the devices
+        base = dict(n_a=g.sizes, tp=g.tps, n_f=g.sizes, m=g.microbatches)
+        if role == "AF":
+            c = _mesh(**base, batch=g.batches, chunk=g.chunks[::2])
+        elif role == "PAF":
+            c = _mesh(**base, pbatch=g.prefill_batches, rho=g.utilisations)
+        else:
+            c = _mesh(**base, batch=g.batches)
+        ok = (c["tp"] <= c["n_a"]) & (c["n_a"] + c["n_f"] <= budget)
+        ok = _divisible(ok, c["n_a"], c["tp"], role, "n_a", g)
+        c = {k: v[ok] for k, v in c.items()}
+        wa = costs.weight_bytes_per_device(s, prec, tp=c["tp"], n=c["n_a"], part="attn")
+        wf = costs.weight_bytes_per_device(s, prec, tp=1, n=c["n_f"], part="ffn")
+        if memo is not None:
+            memo[("mesh", role, g, budget)] = (c, wa, wf)
     else:
-        c = _mesh(**base, batch=g.batches)
-    ok = (c["tp"] <= c["n_a"]) & (c["n_a"] + c["n_f"] <= budget)
-    ok = _divisible(ok, c["n_a"], c["tp"], role, "n_a", g)
-    c = {k: v[ok] for k, v in c.items()}
+        c, wa, wf = mesh
+    c = dict(c)  # this pair's own dict (the configuration arrays are shared, never written)
     n_a, tp, n_f, m = c["n_a"], c["tp"], c["n_f"], c["m"]
     dp = n_a / tp
-    wa = costs.weight_bytes_per_device(s, prec, tp=tp, n=n_a, part="attn")
-    wf = costs.weight_bytes_per_device(s, prec, tp=1, n=n_f, part="ffn")
     run = lambda **kw: _split_step(s, prec, eff, da, df, tp=tp, n_a=n_a, n_f=n_f, m=m,
                                    scaleup=g.af_over_scaleup, **kw)
     if role == "AF":
