@@ -685,6 +685,14 @@ def forward_parts(
     FFN side (FFN blocks; ``moe_tp``: a recorded expert tensor-parallel size, :func:`ffn_block`) and
     the intra-instance communication (of the attention side)."""
     p = pass_inputs(s, **pass_kw)
+    ta = attention_side(s, prec, eff, dev_attn, p, tp=tp, dp=dp)
+    tf = ffn_side(s, prec, eff, dev_ffn, p, n_ffn=n_ffn, moe_tp=moe_tp)
+    return ta, tf, p
+
+
+def attention_side(s: Shape, prec: Precision, eff: Efficiency, dev_attn: dict, p: dict, *, tp, dp):
+    """The attention side of :func:`forward_parts` (attention blocks + LM head) for the pass inputs
+    ``p`` (:func:`pass_inputs`); it reads only ``dev_attn``."""
     ta = attention_block(
         s,
         prec,
@@ -703,13 +711,16 @@ def forward_parts(
         dec_pairs_slide=p["dec_pairs_slide"],
         backend=_backend(dev_attn),
     )
-    ta = ta + head_time(
+    return ta + head_time(
         s, prec, eff, dev_attn["flops"], dev_attn["bw"], seqs=p["seqs"], tokens=p["tokens"], n=tp * dp,
         backend=_backend(dev_attn),
     )
-    tf = ffn_block(s, prec, eff, dev_ffn["flops"], dev_ffn["bw"], tokens=p["tokens"], n=n_ffn, moe_tp=moe_tp,
-                   split_slowdown=dev_ffn.get("moe_split_slowdown"), backend=_backend(dev_ffn))
-    return ta, tf, p
+
+
+def ffn_side(s: Shape, prec: Precision, eff: Efficiency, dev_ffn: dict, p: dict, *, n_ffn, moe_tp=None):
+    """The FFN side of :func:`forward_parts` for the pass inputs ``p``; it reads only ``dev_ffn``."""
+    return ffn_block(s, prec, eff, dev_ffn["flops"], dev_ffn["bw"], tokens=p["tokens"], n=n_ffn, moe_tp=moe_tp,
+                     split_slowdown=dev_ffn.get("moe_split_slowdown"), backend=_backend(dev_ffn))
 
 
 def colocated_pass_time(

@@ -289,17 +289,48 @@ def load(path: Path, kind: str) -> Table:
     lat = df["latency"].to_numpy(dtype=float)
     if len(df) == 0 or not np.all(np.isfinite(lat)) or np.any(lat <= 0):
         raise TableError(f"measured table {path} has no rows or a non-finite or non-positive latency")
-    fw_ver = sorted(set(zip(df["framework"].astype(str), df["version"].astype(str))))
+    fv = df[["framework", "version"]].astype(str).drop_duplicates()  # the distinct pairs, then as before
+    fw_ver = sorted(set(zip(fv["framework"], fv["version"])))
     df = df.assign(_loglat=np.log(lat * 1e-3))  # ms -> s
+    return Table(path, kind, fw_ver[0][0] if len(fw_ver) == 1 else str(fw_ver), path.parent.name,
+                 _grids(df, [*key, *disc], list(cont)))
+
+
+def _scalar(v):
+    """A key value as a groupby's iteration gives it (Python scalars, not numpy's)."""
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def _grids(df: pd.DataFrame, outer: list, cont: list) -> dict:
+    """One :class:`Grid` per value of the ``outer`` columns (keys in sorted order): the mean of
+    ``_loglat`` at every measured point of the ``cont`` axes (repeated measurements: mean of logs),
+    each axis the sorted values measured under that key. One grouped mean over all the columns (a
+    group's mean does not depend on the other groups), cut into the keys' contiguous blocks."""
+    full = df.groupby([*outer, *cont], sort=True)["_loglat"].mean()
+    idx = full.index if len(outer) + len(cont) > 1 else pd.MultiIndex.from_arrays([full.index])
+    vals_all = full.to_numpy()
+    no, n = len(outer), len(full)
+    codes = [np.asarray(c) for c in idx.codes]
+    new_key = np.zeros(n, dtype=bool)
+    if n:
+        new_key[0] = True
+    for c in codes[:no]:
+        new_key[1:] |= c[1:] != c[:-1]
+    starts = np.flatnonzero(new_key)
+    ends = np.append(starts[1:], n)
     grids = {}
-    for k, g in df.groupby([*key, *disc], sort=True):
-        g = g.groupby(list(cont), sort=True)["_loglat"].mean()  # repeated measurements: mean of logs
-        idx = g.index if len(cont) > 1 else pd.MultiIndex.from_arrays([g.index])
-        axes = tuple(np.log(np.asarray(lv, dtype=float)) for lv in idx.levels)
-        vals = np.full(tuple(len(a) for a in axes), np.nan)
-        vals[tuple(np.asarray(c) for c in idx.codes)] = g.to_numpy()
-        grids[k if isinstance(k, tuple) else (k,)] = Grid(axes, vals)
-    return Table(path, kind, fw_ver[0][0] if len(fw_ver) == 1 else str(fw_ver), path.parent.name, grids)
+    for a, b in zip(starts, ends):
+        k = tuple(_scalar(idx.levels[j][codes[j][a]]) for j in range(no))
+        axes, at = [], []
+        for j in range(no, no + len(cont)):
+            c = codes[j][a:b]
+            used = np.unique(c)  # the level's values measured under this key, sorted
+            axes.append(np.log(np.asarray(idx.levels[j][used], dtype=float)))
+            at.append(np.searchsorted(used, c))
+        vals = np.full(tuple(len(x) for x in axes), np.nan)
+        vals[tuple(at)] = vals_all[a:b]
+        grids[k] = Grid(tuple(axes), vals)
+    return grids
 
 
 def table(folder: str, kind: str, framework: str = DEFAULT_FRAMEWORK) -> Table:
@@ -1070,14 +1101,24 @@ def moe_split_ratio(folder: str, tokens, n, moe_tp, hidden, inter, topk, n_exper
     its nearest end. 1 where ``moe_tp <= 1``, and where no shape of the dtype holds both layouts (also
     recorded, as None). Vectorised over ``tokens``, ``n`` and ``moe_tp``."""
     tok, n_, mt_ = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (tokens, n, moe_tp)))
-    out = np.ones(tok.shape)
     key = (int(hidden), int(inter), int(topk), int(n_experts))
+    # the same call again (a calibration fit re-prices the same runs at many parameter vectors): the
+    # stored ratios, with the same substitutes recorded; the tables are read once per process
+    memo_key = (folder, dtype, key, framework, tok.shape, tok.tobytes(), n_.tobytes(), mt_.tobytes(),
+                float(topk), float(n_experts))
+    hit = _SPLIT_RATIO_MEMO.get(memo_key)
+    if hit is not None:
+        SPLIT_SUBSTITUTES.update(hit[1])
+        return hit[0].copy()
+    out = np.ones(tok.shape)
+    recorded = {}
     split = mt_ > 1
     for nn, mt in {(float(a), float(b)) for a, b in zip(n_[split], mt_[split])}:
         sel = split & (n_ == nn) & (mt_ == mt)
         src = _split_source(folder, dtype, key, int(round(mt)), nn, framework)
         # recorded: the (moe dtype, shape) whose ratio is used, None where none holds both layouts
-        SPLIT_SUBSTITUTES[(folder, dtype, key, mt, nn)] = None if src is None else (src[0], src[1])
+        SPLIT_SUBSTITUTES[(folder, dtype, key, mt, nn)] = recorded[(folder, dtype, key, mt, nn)] = (
+            None if src is None else (src[0], src[1]))
         if src is None:
             continue
         _, kk, (ga, gb) = src
@@ -1089,7 +1130,15 @@ def moe_split_ratio(folder: str, tokens, n, moe_tp, hidden, inter, topk, n_exper
         b, cb = interpolate(gb, (t, np.full_like(t, nn)))
         good = (ca == MEASURED) & (cb == MEASURED)
         out[sel] = np.where(good, a / np.where(good, b, 1.0), 1.0)
+    if len(_SPLIT_RATIO_MEMO) >= _SPLIT_RATIO_MEMO_MAX:
+        _SPLIT_RATIO_MEMO.clear()
+    _SPLIT_RATIO_MEMO[memo_key] = (out.copy(), recorded)
     return out
+
+
+# moe_split_ratio's results by their full input (bounded; cleared when full)
+_SPLIT_RATIO_MEMO: dict = {}
+_SPLIT_RATIO_MEMO_MAX = 50_000
 
 
 def moe_split_dtype(weight_bytes):

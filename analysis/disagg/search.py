@@ -36,6 +36,7 @@ Latency model (per request, steady state, open arrivals at the utilisation the p
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import itertools
 import math
@@ -195,6 +196,73 @@ def _split_step(s, prec, eff, da, df, *, tp, n_a, n_f, m, scaleup=True, **pass_k
     return s.n_layers * af_layer_time(a, f, x1, m, eff.overlap) + eff.step_overhead_s
 
 
+# Within one unit's search over device pairs (:func:`unit_candidates` of a split unit on named devices),
+# the attention side of a pass depends on the attention device only and the FFN side on the FFN device
+# only: each is priced once per device and reused for every pair (with the operators it priced replayed,
+# in order, into the active ledger), instead of once per pair. Same operations, same values.
+_SIDE_MEMO: contextvars.ContextVar = contextvars.ContextVar("split_side_memo", default=None)
+
+
+class _Recorder(costs.Ledger):
+    """A ledger that keeps its calls, to replay them into another ledger."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def add(self, kind, seconds, measured):
+        self.calls.append((kind, seconds, measured))
+
+
+def _array_key(kw: dict) -> tuple:
+    out = []
+    for k in sorted(kw):
+        v = kw[k]
+        if isinstance(v, np.ndarray):
+            out.append((k, v.dtype.str, v.shape, v.tobytes()))
+        else:
+            out.append((k, type(v).__name__, repr(v)))
+    return tuple(out)
+
+
+def _memo_side(memo: dict, key, compute):
+    """``compute()`` once per ``key`` of ``memo``; the operators it priced are replayed into the active
+    ledger at every use, so a ledger sees exactly what the computation itself would record."""
+    hit = memo.get(key)
+    if hit is None:
+        rec = _Recorder()
+        tok = costs._LEDGER.set(rec)
+        try:
+            value = compute()
+        finally:
+            costs._LEDGER.reset(tok)
+        hit = memo[key] = (value, rec.calls)
+    led = costs._LEDGER.get()
+    if led is not None:
+        for call in hit[1]:
+            led.add(*call)
+    return hit[0]
+
+
+def _attn_layer(s, prec, eff, da, ta, p, kw, *, tp, dp):
+    """Per layer: the attention side ``ta`` of a pass with its two TP all-reduces, the context-parallel
+    exchange and the layer overhead (:func:`split_layer_parts`)."""
+    ba = da.get("backend", "roofline")
+    # two TP all-reduces per layer on the attention side
+    ta = ta + costs.allreduce_time(s, prec, eff, da["link"], tokens=p["tokens"] / dp, n=tp, backend=ba)
+    cp = np.where(np.asarray(kw.get("pre_seqs", 0.0)) < dp, p["cp_tokens"], 0.0)
+    ta = ta + costs.cp_time(s, prec, eff, da["link"], cp_tokens=cp, dp=dp, backend=ba)
+    return ta / s.n_layers + eff.layer_overhead_s
+
+
+def _ffn_layer(s, prec, eff, df, tf, p, *, n_f):
+    """Per layer: the FFN side ``tf`` of a pass, with a dense FFN's all-reduce inside its pool."""
+    if not s.n_moe:  # dense FFN split over n_f devices: one all-reduce per layer inside the FFN pool
+        tf = tf + costs.allreduce_time(s, prec, eff, df["link"], tokens=p["tokens"], n=n_f, per_layer=1,
+                                       backend=df.get("backend", "roofline"))
+    return tf / s.n_layers
+
+
 def split_layer_parts(s, prec, eff, da, df, *, tp, n_a, n_f, m, scaleup=True, **pass_kw):
     """Per layer and per micro-batch (s): attention time ``a`` (with its tensor-parallel all-reduce,
     context-parallel exchange and layer overhead), FFN time ``f`` and one direction of the activation
@@ -204,18 +272,25 @@ def split_layer_parts(s, prec, eff, da, df, *, tp, n_a, n_f, m, scaleup=True, **
     kw = {k: (np.asarray(v, dtype=float) / m if k in ("dec_seqs", "pre_seqs") else v)
           for k, v in pass_kw.items()}
     dp = n_a / tp
-    ta, tf, p = costs.forward_parts(s, prec, eff, da, df, tp=tp, dp=dp, n_ffn=n_f, **kw)
-    ba, bf = da.get("backend", "roofline"), df.get("backend", "roofline")
-    # two TP all-reduces per layer on the attention side
-    ta = ta + costs.allreduce_time(s, prec, eff, da["link"], tokens=p["tokens"] / dp, n=tp, backend=ba)
-    cp = np.where(np.asarray(kw.get("pre_seqs", 0.0)) < dp, p["cp_tokens"], 0.0)
-    ta = ta + costs.cp_time(s, prec, eff, da["link"], cp_tokens=cp, dp=dp, backend=ba)
-    if not s.n_moe:  # dense FFN split over n_f devices: one all-reduce per layer inside the FFN pool
-        tf = tf + costs.allreduce_time(s, prec, eff, df["link"], tokens=p["tokens"], n=n_f, per_layer=1,
-                                       backend=bf)
-    L = s.n_layers
-    a = ta / L + eff.layer_overhead_s
-    f = tf / L
+    memo = _SIDE_MEMO.get()
+    if memo is None:
+        ta, tf, p = costs.forward_parts(s, prec, eff, da, df, tp=tp, dp=dp, n_ffn=n_f, **kw)
+        a = _attn_layer(s, prec, eff, da, ta, p, kw, tp=tp, dp=dp)
+        f = _ffn_layer(s, prec, eff, df, tf, p, n_f=n_f)
+    else:  # one unit's device pairs share their sides: each attention device and FFN device priced once
+        k = _array_key(kw) + _array_key(dict(tp=tp, n_a=n_a, n_f=n_f))
+        p = memo.get(("pass", k))
+        if p is None:
+            p = memo[("pass", k)] = costs.pass_inputs(s, **kw)
+        # the operators replayed in the order the lines above price them: attention side, FFN side,
+        # the attention side's all-reduce and context-parallel exchange, the dense FFN's all-reduce
+        ta = _memo_side(memo, ("attn", da["name"], k),
+                        lambda: costs.attention_side(s, prec, eff, da, p, tp=tp, dp=dp))
+        tf = _memo_side(memo, ("ffn", df["name"], k), lambda: costs.ffn_side(s, prec, eff, df, p, n_ffn=n_f))
+        a = _memo_side(memo, ("a", da["name"], k),
+                       lambda: _attn_layer(s, prec, eff, da, ta, p, kw, tp=tp, dp=dp))
+        f = _memo_side(memo, ("f", df["name"], k), lambda: _ffn_layer(s, prec, eff, df, tf, p, n_f=n_f))
+    ba = da.get("backend", "roofline")
     net = np.minimum(da["net"], df["net"])
     if scaleup:  # scale-up where the pair fits in one domain of the same device type; hierarchical beyond
         same = da["name"] == df["name"]
@@ -362,20 +437,28 @@ def role_candidates(role, model, wl: Workload, hw, *, prec: Precision, eff: Effi
         raise SearchError(f"unknown role {role!r}; roles: C, P, D, AF, PAF, DAF")
     ha, hf = hw
     da, df = _devices.device(ha, prec.compute), _devices.device(hf, prec.compute)
-    base = dict(n_a=g.sizes, tp=g.tps, n_f=g.sizes, m=g.microbatches)
-    if role == "AF":
-        c = _mesh(**base, batch=g.batches, chunk=g.chunks[::2])
-    elif role == "PAF":
-        c = _mesh(**base, pbatch=g.prefill_batches, rho=g.utilisations)
+    memo = _SIDE_MEMO.get()
+    mesh = None if memo is None else memo.get(("mesh", role, g, budget))
+    if mesh is None:  # the configurations and weight bytes do not depend on the devices
+        base = dict(n_a=g.sizes, tp=g.tps, n_f=g.sizes, m=g.microbatches)
+        if role == "AF":
+            c = _mesh(**base, batch=g.batches, chunk=g.chunks[::2])
+        elif role == "PAF":
+            c = _mesh(**base, pbatch=g.prefill_batches, rho=g.utilisations)
+        else:
+            c = _mesh(**base, batch=g.batches)
+        ok = (c["tp"] <= c["n_a"]) & (c["n_a"] + c["n_f"] <= budget)
+        ok = _divisible(ok, c["n_a"], c["tp"], role, "n_a", g)
+        c = {k: v[ok] for k, v in c.items()}
+        wa = costs.weight_bytes_per_device(s, prec, tp=c["tp"], n=c["n_a"], part="attn")
+        wf = costs.weight_bytes_per_device(s, prec, tp=1, n=c["n_f"], part="ffn")
+        if memo is not None:
+            memo[("mesh", role, g, budget)] = (c, wa, wf)
     else:
-        c = _mesh(**base, batch=g.batches)
-    ok = (c["tp"] <= c["n_a"]) & (c["n_a"] + c["n_f"] <= budget)
-    ok = _divisible(ok, c["n_a"], c["tp"], role, "n_a", g)
-    c = {k: v[ok] for k, v in c.items()}
+        c, wa, wf = mesh
+    c = dict(c)  # this pair's own dict (the configuration arrays are shared, never written)
     n_a, tp, n_f, m = c["n_a"], c["tp"], c["n_f"], c["m"]
     dp = n_a / tp
-    wa = costs.weight_bytes_per_device(s, prec, tp=tp, n=n_a, part="attn")
-    wf = costs.weight_bytes_per_device(s, prec, tp=1, n=n_f, part="ffn")
     run = lambda **kw: _split_step(s, prec, eff, da, df, tp=tp, n_a=n_a, n_f=n_f, m=m,
                                    scaleup=g.af_over_scaleup, **kw)
     if role == "AF":
@@ -448,12 +531,20 @@ def unit_candidates(unit, roles, model, wl, hardware, **kw):
     """Candidates of one unit concatenated over its hardware choices; the device names are kept
     once per choice (``_hw`` list) and referenced by the integer array ``hw_idx``."""
     parts = []
-    for hw in _unit_hw(roles, hardware):
-        with costs.ledger() as led:  # per candidate: the share of its operator seconds read from tables
-            p = role_candidates(unit, model, wl, hw, **kw)
-        share = np.asarray(led.measured_share, dtype=float)
-        p["measured_share"] = np.broadcast_to(share, np.shape(p["rate"])).copy()
-        parts.append(p)
+    pairs = _unit_hw(roles, hardware)
+    # split units over several named devices: share each device's side across its pairs (_SIDE_MEMO)
+    shared = (not isinstance(roles, str) and len(pairs) > 1
+              and all(isinstance(h, str) for pair in pairs for h in pair))
+    tok = _SIDE_MEMO.set({} if shared else None)
+    try:
+        for hw in pairs:
+            with costs.ledger() as led:  # per candidate: the share of its operator seconds read from tables
+                p = role_candidates(unit, model, wl, hw, **kw)
+            share = np.asarray(led.measured_share, dtype=float)
+            p["measured_share"] = np.broadcast_to(share, np.shape(p["rate"])).copy()
+            parts.append(p)
+    finally:
+        _SIDE_MEMO.reset(tok)
     names = [{k: p[k] for k in HW_KEYS if k in p} for p in parts]
     keys = [k for k in parts[0] if k not in HW_KEYS]
     out = {k: np.concatenate([p[k] for p in parts]) for k in keys}
@@ -652,10 +743,15 @@ def best_plan(mode, model, wl: Workload, slo: SLO, hardware: dict, *, budget: in
     per_unit = []
     for c, ok in zip(cands, best_idx):
         idx = np.flatnonzero(ok)
+        if _top <= 1:
+            per_unit.append((_cheapest_per_size(idx, c["devices"][idx], c[key][idx]), c))
+            continue
         order = idx[np.lexsort((c[key][idx], c["devices"][idx]))]
         dv = c["devices"][order]
         rank = np.arange(len(dv)) - np.searchsorted(dv, dv, side="left")  # rank within its instance size
         per_unit.append((order[rank < max(_top, 1)], c))
+    if not whole_instances and not _top:
+        return _best_rate_matched(mode, per_unit, key, budget, wl, n_total, grid, s)
     combos = []
     for combo in itertools.product(*[list(ix) for ix, _ in per_unit]):
         devs = sum(c["devices"][i] for i, (_, c) in zip(combo, per_unit))
@@ -679,6 +775,44 @@ def best_plan(mode, model, wl: Workload, slo: SLO, hardware: dict, *, budget: in
     plan = _assemble(mode, combo, per_unit, wl, n_total, grid.limited(budget), budget, counts, bool(s.n_moe))
     warn_edges(f"the best {mode} plan ({plan.tokens_per_s_per_device:,.4g} tokens/s per device)", plan.edges,
                grid.limited(budget), budget)
+    return plan
+
+
+def _cheapest_per_size(idx, devices, cost):
+    """Of the candidates ``idx`` (ascending), for each distinct instance size (``devices``, ascending)
+    the first of the least ``cost`` (finite): what a stable sort by size then cost puts first in each
+    size, without sorting."""
+    sizes, inv = np.unique(devices, return_inverse=True)
+    least = np.full(len(sizes), np.inf)
+    np.minimum.at(least, inv, cost)
+    at = np.flatnonzero(cost == least[inv])
+    _, first = np.unique(inv[at], return_index=True)
+    return idx[at[first]]
+
+
+def _best_rate_matched(mode, per_unit, key, budget, wl, n_total, grid, s) -> Plan:
+    """:func:`best_plan`'s choice among rate-matched combinations, vectorised: every combination of the
+    units' candidates (in ``itertools.product`` order, row-major) within the budget, its cost the sum of
+    the units' costs added in unit order; the first of the least cost wins (what a stable sort by cost
+    picks)."""
+    n = len(per_unit)
+    devs, cost = 0, 0.0
+    for j, (ix, c) in enumerate(per_unit):
+        shape = [1] * n
+        shape[j] = len(ix)
+        devs = devs + c["devices"][ix].reshape(shape)
+        cost = cost + c[key][ix].reshape(shape)
+    fits = np.flatnonzero(np.ravel(devs <= budget))
+    if not len(fits):
+        return Plan(mode, False,
+                    f"the units' smallest feasible instances need more than {budget} devices together",
+                    candidates=n_total)
+    flat = fits[np.argmin(np.ravel(cost)[fits])]
+    at = np.unravel_index(flat, tuple(len(ix) for ix, _ in per_unit))
+    combo = tuple(ix[a] for (ix, _), a in zip(per_unit, at))
+    plan = _assemble(mode, combo, per_unit, wl, n_total, grid.limited(budget), budget, None, bool(s.n_moe))
+    warn_edges(f"the best {mode} plan ({plan.tokens_per_s_per_device:,.4g} tokens/s per device)", plan.edges,
+               grid.limited(budget), budget, stacklevel=4)
     return plan
 
 

@@ -130,9 +130,16 @@ def run_cell(model, hw_name, hardware, wl, slo, *, budget, precision, objective,
             for mode in S.MODES:
                 cands[mode] = S.mode_candidates(mode, s, wl, hardware, budget=budget, prec=kw["prec"],
                                                 eff=eff, grid=grid, _memo=memo)
+        repriced = {}  # a unit shared by modes (and a price model shared by sets) is repriced once
+
+        def reprice(c, prices):
+            k = (id(c), tuple(sorted(prices.items())))
+            if k not in repriced:
+                repriced[k] = S.reprice(c, prices)
+            return repriced[k]
         for set_name, prices in price_models.items():
             for mode in S.MODES:
-                cc = [S.reprice(c, prices) for c in cands[mode]] if mode in cands else None
+                cc = [reprice(c, prices) for c in cands[mode]] if mode in cands else None
                 p = S.best_plan(mode, s, wl, slo, hardware, objective="dollar", _cands=cc,
                                 whole_instances=set_name in whole, **kw)
                 rows.append({"model": name, "hardware": set_name, "input_tokens": wl.input_tokens,
