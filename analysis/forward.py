@@ -720,7 +720,8 @@ def attention_side(s: Shape, prec: Precision, eff: Efficiency, dev_attn: dict, p
 def ffn_side(s: Shape, prec: Precision, eff: Efficiency, dev_ffn: dict, p: dict, *, n_ffn, moe_tp=None):
     """The FFN side of :func:`forward_parts` for the pass inputs ``p``; it reads only ``dev_ffn``."""
     return ffn_block(s, prec, eff, dev_ffn["flops"], dev_ffn["bw"], tokens=p["tokens"], n=n_ffn,
-                     moe_tp=moe_tp, split_slowdown=dev_ffn.get("moe_split_slowdown"), backend=_backend(dev_ffn))
+                     moe_tp=moe_tp, split_slowdown=dev_ffn.get("moe_split_slowdown"),
+                     backend=_backend(dev_ffn))
 
 
 def colocated_pass_time(
