@@ -247,3 +247,11 @@ def test_chapter_names_each_stale_run_with_its_regeneration_progress(uninterrupt
     assert stale_text(arts, sweep) == ("tiny_long (being regenerated since 2026-12-03: 2 of 2 documents "
                                        "computed on the current code); tiny_other")
     assert stale_text([SimpleNamespace(name="tiny_long", stale=False)], sweep) == "none"
+
+
+def test_settings_file_is_found_from_any_working_directory(tmp_path, monkeypatch):
+    """A run names its tuned settings from the repository root; a page executes in book/."""
+    monkeypatch.chdir(tmp_path)
+    r = longrun.check_run(dict(RUN, tuned_settings="results/qevict_tuned.json"))
+    assert lu.settings_sha(r) == hashlib.sha256((artifacts.REPO_ROOT / "results/qevict_tuned.json").read_bytes()
+                                                ).hexdigest()

@@ -102,8 +102,9 @@ def settings_sha(r: dict) -> str:
     path = r["tuned_settings"]
     if path in (None, "none"):
         return "none"
+    path = Path(path) if Path(path).is_absolute() else REPO_ROOT / path  # as the runs name it, from the root
     try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        return hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError as e:
         raise LongRunError(f"run {r['name']!r}: cannot read tuned_settings {path!r} ({e}); give an existing "
                            "file or 'none'") from e
