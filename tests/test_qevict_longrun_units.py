@@ -253,5 +253,5 @@ def test_settings_file_is_found_from_any_working_directory(tmp_path, monkeypatch
     """A run names its tuned settings from the repository root; a page executes in book/."""
     monkeypatch.chdir(tmp_path)
     r = longrun.check_run(dict(RUN, tuned_settings="results/qevict_tuned.json"))
-    assert lu.settings_sha(r) == hashlib.sha256((artifacts.REPO_ROOT / "results/qevict_tuned.json").read_bytes()
-                                                ).hexdigest()
+    tuned = (artifacts.REPO_ROOT / "results/qevict_tuned.json").read_bytes()
+    assert lu.settings_sha(r) == hashlib.sha256(tuned).hexdigest()
