@@ -244,8 +244,8 @@ def test_chapter_names_each_stale_run_with_its_regeneration_progress(uninterrupt
     sweep.write_text(yaml.safe_dump(dict(runs=[RUN, other], regenerating=dict(
         since="2026-12-03", reason="cleaned code", runs=["tiny_long"]))))
     arts = [SimpleNamespace(name="tiny_long", stale=True), SimpleNamespace(name="tiny_other", stale=True)]
-    assert stale_text(arts, sweep) == ("tiny_long (being regenerated since 2026-12-03: 2 of 2 documents "
-                                       "computed on the current code); tiny_other")
+    assert stale_text(arts, sweep) == ("tiny_other; being regenerated since 2026-12-03 (documents computed "
+                                       "on the current code: tiny_long 2 of 2)")
     assert stale_text([SimpleNamespace(name="tiny_long", stale=False)], sweep) == "none"
 
 

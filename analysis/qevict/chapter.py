@@ -553,22 +553,20 @@ def cold_glue(tier_bytes: pd.DataFrame, cfg) -> list:
 
 
 def stale_text(arts, config: str = "sweeps/qevict_long.yaml") -> str:
-    """The stale long runs in words, each with how far its declared regeneration is
-    (``longrun_units.regeneration_status``: units computed on the current code, of all)."""
+    """The stale long runs in words; those being regenerated with how far each is
+    (``longrun_units.regeneration_status``: documents computed on the current code, of all)."""
     stale = [a.name for a in arts if a.stale]
     if not stale:
         return "none"
     reg = longrun_units.regenerating(config)
     status = longrun_units.regeneration_status(config) if reg["runs"] else {}
-    out = []
-    for n in stale:
-        if n in status:
-            p = status[n]
-            out.append(f"{n} (being regenerated since {reg['since']}: {p['done']} of {p['total']} documents "
-                       "computed on the current code)")
-        else:
-            out.append(n)
-    return "; ".join(out)
+    plain = [n for n in stale if n not in status]
+    regen = [f"{n} {status[n]['done']} of {status[n]['total']}" for n in stale if n in status]
+    parts = ["; ".join(plain)] if plain else []
+    if regen:
+        parts.append(f"being regenerated since {reg['since']} (documents computed on the current code: "
+                     + ", ".join(regen) + ")")
+    return "; ".join(parts)
 
 
 def long_glue(arts, missing, long_table: pd.DataFrame) -> list:
