@@ -67,8 +67,9 @@ bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
 # Chapter 4's long-context runs: committed artifacts under results/ with provenance; the chapter marks
-# them stale, and tests/test_artifacts.py fails, when their code changes. Whole time measured: 2 h 10 min
-# on 2 cores (7,781 s: the five artifacts' wall_seconds, --jobs 2, 2026-12-02; 26-34 min a run). Each
+# them stale, and tests/test_artifacts.py fails, when their code changes (except runs the sweep declares as
+# `regenerating`). Whole time: about 5 h on 2 cores (an estimate: 60 main-comparison units of 6-9 min, 2 at a
+# time, and the three 8K-32K runs; the 10-document runs took 2 h 10 min, 2026-12-02). Each
 # finished (document, model) unit is kept in results/<name>.units/: an interrupted `make long` resumes
 # where it stopped (the same command); it prints units done/remaining and the elapsed time as it goes.
 # On a Dask cluster: python -m analysis.qevict.longrun_units sweeps/qevict_long.yaml --dask tcp://HOST:8786
@@ -86,8 +87,8 @@ default-run: $(STAMP)
 	$(BIN)/python -m analysis.qevict.defaultrun --verbose
 	$(BIN)/python -c "from analysis.compose import configure; print(configure.write_default_measurement())"
 
-# Issue 14's main comparison alone (both architectures, 10 documents; measured 1 h 03 min on 2 cores:
-# 1,729 s + 2,025 s): the two runs the claims ledger judges chapter 4's rows on.
+# The main comparison alone (both architectures, 30 documents in 6 genres; about 4 h on 2 cores, an estimate
+# from its units' times): the two runs the claims ledger judges chapter 4's rows on.
 long-main: $(STAMP)
 	$(BIN)/python -m analysis.qevict.longrun_units sweeps/qevict_long.yaml --jobs 2 \
 	  --only qevict_long_main_smollm2 qevict_long_main_gemma
