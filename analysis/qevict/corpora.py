@@ -153,7 +153,7 @@ def load_document(spec: str, tokenizer, n_tokens: int, *, prefill_tokens: int | 
 
 
 def _haystack_tokens(module: str, tokenizer, need: int) -> np.ndarray:
-    if "+" in module:  # several modules named: their docstrings alone, no fallback (issue 29)
+    if "+" in module:  # several modules named: their docstrings alone, no fallback
         mods = module.split("+")
         text = "\n".join(module_docstrings(m) for m in mods)
         ids = np.r_[_prefix(tokenizer), tokenizer.encode(text)].astype(np.int64)
@@ -277,7 +277,7 @@ GENRE_LABELS = {"code": "source code", "docs": "API prose (docstrings)", "needle
 
 
 # ----------------------------------------------------------------------------------------------
-# Genres outside Python (issue 29): text read from Debian packages registered in data/registry.yaml
+# Genres outside Python: text read from Debian packages registered in data/registry.yaml
 # (url, sha256, licence; fetched and verified by analysis.data), unpacked here with the standard
 # library (a .deb is an ar archive holding data.tar.xz):
 #   lit:<book>[+<book>...]      literature: the World English Bible (sword-text-web, a SWORD zText

@@ -11,7 +11,7 @@ from ..params import Param, ParameterError, Schema, register
 # what the computation modules implement (checked by tests/test_params_schema.py)
 POLICIES = ("full", "streaming", "h2o", "tova", "snapkv", "kivi2", "kivi4", "mikv", "qevict_dequant",
             "qevict_recall", "quest", "h2o_recall", "snapkv_recall")  # policies.POLICIES
-GENRES = ("code", "docs", "needle", "ref", "news", "tests")  # corpora.GENRES
+GENRES = ("code", "docs", "needle", "ref", "news", "tests", "lit", "encyc", "man")  # corpora.GENRES
 HEAD_DIM = 64  # head dimension of the chapter's model (SmolLM2-135M): quantization groups divide it
 CONTEXT_TOKENS = 8192  # the model's context window
 
