@@ -208,18 +208,31 @@ def survey(r: dict, folder: Path) -> dict:
     for tmp in sorted(folder.glob(".*.tmp")):  # an atomic write cut short (a killed driver): never a unit
         tmp.unlink(missing_ok=True)
         out["removed"].append(tmp.name)
+    for f, doc, rec, why, other in _units_in(r, folder):
+        if other:
+            raise LongRunError(
+                f"{folder} holds units computed with other parameters than run {r['name']!r} "
+                f"({f.name}: {other}); pass --fresh to discard them (or remove the folder), or restore the "
+                "run's parameters to resume it")
+        if doc is None:
+            out["other"].append(rec["document"] if rec else f.name)
+        elif why:
+            out["stale"][doc] = why
+        else:
+            out["kept"][doc] = rec
+    return out
+
+
+def _units_in(r: dict, folder: Path):
+    """Each unit file of ``folder`` for run ``r``: (file, its document in the run or None, record or
+    None, why it is stale or None, the parameters it differs in or None)."""
     want_code, want_params, want_settings = code_hash(modules(r)), params_hash(r), settings_sha(r)
     by_path = {unit_path(folder, d): d for d in r["documents"]}
     for f in sorted(folder.glob("*.unit.pkl")):
         rec, why = _read_unit(f)
         doc = by_path.get(f)
         if rec is not None and rec.get("params_hash") != want_params:
-            raise LongRunError(
-                f"{folder} holds units computed with other parameters than run {r['name']!r} "
-                f"({f.name}: {_params_diff(rec.get('params', {}), params_of(r))}); pass --fresh to discard "
-                f"them (or remove the folder), or restore the run's parameters to resume it")
-        if doc is None:
-            out["other"].append(rec["document"] if rec else f.name)
+            yield f, doc, rec, None, _params_diff(rec.get("params", {}), params_of(r))
             continue
         if rec is not None and (rec.get("document"), rec.get("model")) != (doc, r["model"]):
             why = f"holds {rec.get('document')!r} on {rec.get('model')!r}"
@@ -227,11 +240,7 @@ def survey(r: dict, folder: Path) -> dict:
             why = f"code changed (computed with {rec['code_hash'][:10]}, now {want_code[:10]})"
         elif rec is not None and rec.get("settings_sha") != want_settings:
             why = "tuned settings changed"
-        if why:
-            out["stale"][doc] = why
-        else:
-            out["kept"][doc] = rec
-    return out
+        yield f, doc, rec, why, None
 
 
 def progress(run: dict, folder: Path | None = None) -> dict:
@@ -243,24 +252,12 @@ def progress(run: dict, folder: Path | None = None) -> dict:
     out = dict(done=0, stale={}, total=len(r["documents"]), problem=None)
     if not folder.is_dir():
         return out
-    want = code_hash(modules(r)), params_hash(r), settings_sha(r)
-    by_path = {unit_path(folder, d): d for d in r["documents"]}
-    for f in sorted(folder.glob("*.unit.pkl")):
-        doc = by_path.get(f)
-        rec, why = _read_unit(f)
-        if rec is not None and rec.get("params_hash") != want[1]:
-            out["problem"] = (f"{f.name} was computed with other parameters "
-                              f"({_params_diff(rec.get('params', {}), params_of(r))})")
-            continue
-        if doc is None:
-            continue
-        if rec is not None and rec.get("code_hash") != want[0]:
-            why = f"code changed (computed with {rec['code_hash'][:10]}, now {want[0][:10]})"
-        elif rec is not None and rec.get("settings_sha") != want[2]:
-            why = "tuned settings changed"
-        if why:
+    for f, doc, _, why, other in _units_in(r, folder):
+        if other:
+            out["problem"] = f"{f.name} was computed with other parameters ({other})"
+        elif doc is not None and why:
             out["stale"][doc] = why
-        else:
+        elif doc is not None:
             out["done"] += 1
     return out
 
