@@ -298,6 +298,7 @@ def test_gain_verdicts_take_the_larger_model_and_the_range():
                 "simulated": 0.8,
                 "tbt_low": 0.7,
                 "tbt_high": 0.9,
+                "baseline_alt": 0.6,
                 "published": ms_pub,
                 "detail": "a",
             },
@@ -308,6 +309,7 @@ def test_gain_verdicts_take_the_larger_model_and_the_range():
                 "simulated": ms_pub,
                 "tbt_low": 0.5,
                 "tbt_high": ms_pub,
+                "baseline_alt": 0.9,
                 "published": ms_pub,
                 "detail": "b",
             },
@@ -330,6 +332,8 @@ def test_gain_verdicts_take_the_larger_model_and_the_range():
         chapter.claims.rule("ch3_val_megascale")["sensitivity"][1]["low"],
         claims.NOT_REPRODUCED,
     ) in v["ms"].flips  # 0.7 at the low end
+    # the EP-decode baseline on the cluster's GPUs (the setting before the 2026-12-03 amendment): 0.9
+    assert ("EP-decode baseline GPUs", 64, claims.NOT_REPRODUCED) in v["ms"].flips
     assert v["ds"].verdict == claims.REPRODUCED and v["ds"].flips == [
         ("efficiencies", "stated", claims.NOT_REPRODUCED)
     ]
