@@ -495,8 +495,8 @@ def gain_cells(eff_calibrated: Efficiency | None = None, *,
     for model in st["model"]:
         row = {"cell": "MegaScale-Infer: AFD over EP decode", "model": model, "device": st["gpu"],
                "setting": f"context {ctx:g} (input {st['input_tokens']} + output {st['output_tokens']} / 2), "
-                          f"TBT {float(st['tpot_slo_s']) * 1e3:g} ms; AFD on up to {gpus['AFD']} GPUs, EP decode "
-                          f"on {gpus['D']}",
+                          f"TBT {float(st['tpot_slo_s']) * 1e3:g} ms; AFD on up to {gpus['AFD']} GPUs, "
+                          f"EP decode on {gpus['D']}",
                "published": ms_pub, "published_text": f"{ms_pub:.2f}x (one figure, two models)"}
 
         def gain(eff, slo, budget_d=gpus["D"]):
