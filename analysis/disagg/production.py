@@ -106,6 +106,20 @@ def decode_throughput(model, device: str, mode: str, *, context: float = 4096.0,
     return {k: r[k] for k in keys if k in r}
 
 
+
+def afd_gain(model, setting: dict, *, tpot_slo_s: float, eff: Efficiency = Efficiency(),
+             backend: str = "roofline", baseline_gpus: int | None = None) -> tuple[float, dict]:
+    """MegaScale-Infer's cell: (AFD's decode tokens/s per GPU over plain EP decode's, {mode: result})
+    for ``model`` in ``setting`` (``data/claims.yaml``, ``ch3_val_megascale``): BF16 on its ``gpu``,
+    decode context = input + half the output, AFD on up to ``gpus`` GPUs and EP decode on
+    ``baseline_gpus`` (the setting's, or the one given: a sensitivity end)."""
+    ctx = float(setting["input_tokens"]) + float(setting["output_tokens"]) / 2
+    gpus = {"AFD": int(setting["gpus"]),
+            "D": int(setting["baseline_gpus"] if baseline_gpus is None else baseline_gpus)}
+    r = {m: decode_throughput(model, setting["gpu"], m, precision="bf16", budget=gpus[m], context=ctx,
+                              tpot_slo_s=tpot_slo_s, eff=eff, backend=backend) for m in ("D", "AFD")}
+    return r["AFD"]["tokens_per_s_per_device"] / r["D"]["tokens_per_s_per_device"], r
+
 # --- DistServe (OSDI'24, arXiv 2401.09670): chatbot, OPT-13B, A100-SXM4-80GB, FP16, Poisson arrivals ---
 DISTSERVE_SLO = S.SLO(ttft_s=0.25, tpot_s=0.1)  # Table 1 / section 6.1, chatbot OPT-13B
 ATTAINMENT = 0.90                               # goodput: the highest rate meeting both SLOs for 90%

@@ -69,7 +69,6 @@ def revalidation_table(seeds: int = 3, n_requests: int = 600, backends=BACKENDS,
     overlaps = tuple(overlaps) if overlaps is not None else (Efficiency().overlap, 1.0)
     pub = _published()
     st = claims.rule("ch3_val_megascale")["setting"]  # the paper's section 7.1, declared before computing
-    ctx = float(st["input_tokens"]) + float(st["output_tokens"]) / 2  # mean decode context
     ms_pub = pub["megascale_infer_gain_vs_trtllm_mixtral_dbrx"]
     rows = []
 
@@ -95,12 +94,7 @@ def revalidation_table(seeds: int = 3, n_requests: int = 600, backends=BACKENDS,
                 float("nan"), "AFD above EP decode (> 1)", float("nan"), ratio > 1,
                 r["Step-3 AFD"].get("edges", []) + r["Step-3 D"].get("edges", []))
             for model in st["model"]:
-                kw = dict(precision="bf16", context=ctx, tpot_slo_s=float(st["tpot_slo_s"]), eff=eff,
-                          backend=backend)
-                # AFD on up to the cluster's GPUs, the EP-decode baseline on one node (the paper's 7.1-7.2)
-                g = {md: P.decode_throughput(model, st["gpu"], md, budget=int(st[gk]), **kw)
-                     for md, gk in (("D", "baseline_gpus"), ("AFD", "gpus"))}
-                sim = g["AFD"]["tokens_per_s_per_device"] / g["D"]["tokens_per_s_per_device"]
+                sim, g = P.afd_gain(model, st, tpot_slo_s=float(st["tpot_slo_s"]), eff=eff, backend=backend)
                 err = sim / ms_pub - 1
                 add(f"MegaScale-Infer {model}: AFD / EP decode", "gain", backend, ov, sim, ms_pub,
                     f"{ms_pub:.2f}x (one figure, two models)", err, abs(err) <= TOL,

@@ -499,11 +499,8 @@ def gain_cells(eff_calibrated: Efficiency | None = None, *,
                           f"EP decode on {gpus['D']}",
                "published": ms_pub, "published_text": f"{ms_pub:.2f}x (one figure, two models)"}
 
-        def gain(eff, slo, budget_d=gpus["D"]):
-            r = {m: P.decode_throughput(model, st["gpu"], m, precision="bf16",
-                                        budget=budget_d if m == "D" else gpus["AFD"],
-                                        context=ctx, tpot_slo_s=slo, eff=eff) for m in ("D", "AFD")}
-            return r["AFD"]["tokens_per_s_per_device"] / r["D"]["tokens_per_s_per_device"], r
+        def gain(eff, slo, baseline_gpus=None):
+            return P.afd_gain(model, st, tpot_slo_s=slo, eff=eff, baseline_gpus=baseline_gpus)
 
         for col, eff in effs.items():
             row[col], r = gain(eff, float(st["tpot_slo_s"]))
