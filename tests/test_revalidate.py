@@ -90,6 +90,23 @@ def test_values_are_worded_from_the_table(monkeypatch):
     assert R.display(t) is not None
 
 
+def test_the_candidate_effects_are_judged_from_their_rows(monkeypatch):
+    """The readings that rule out imperfect overlap and the measured expert GEMMs as MegaScale-Infer's
+    missing effect follow the rows: below 1 at perfect overlap and on the measured rows they rule out,
+    above 1 they do not."""
+    _fake(monkeypatch, afd_over_d=0.8, ms_gain=0.64)
+    v = R.revalidation_values(R.revalidation_table(seeds=1))
+    assert v["ch3_reval_ms_overlap_reading"] == "Nor is imperfect overlap"
+    assert v["ch3_reval_ms_perfect_clause"] == "AFD still gives 0.64x of EP decode"
+    assert v["ch3_reval_ms_gemm_reading"] == "are not that effect"
+    _fake(monkeypatch, afd_over_d=1.2, ms_gain=1.1)
+    v = R.revalidation_values(R.revalidation_table(seeds=1))
+    assert v["ch3_reval_ms_overlap_reading"] == "Imperfect overlap may be"
+    assert v["ch3_reval_ms_perfect_clause"] == "AFD gives 1.10x of EP decode"
+    assert v["ch3_reval_ms_gemm_reading"] == "may be that effect"
+    assert v["ch3_reval_ms_gemm_order"].endswith("6 of 6 of those rows")  # 2 overlaps x (order + 2 models)
+
+
 def test_bad_input_is_a_clear_error():
     with pytest.raises(ValueError, match="backend"):
         R.revalidation_table(backends=("tables",))

@@ -136,6 +136,20 @@ def revalidation_values(table: pd.DataFrame) -> dict:
     # at perfect overlap: the ping-pong pipeline as MegaScale-Infer's own performance model prices it
     perfect = ms[ms["overlap"] == 1.0]
     out["ch3_reval_ms_gain_perfect"] = _range(perfect["simulated"], "{:.2f}x") if len(perfect) else "n/a"
+    # the two candidates for the missing effect, each judged from its own rows: imperfect overlap (perfect
+    # overlap still below 1 rules it out) and expert GEMMs read from the measured tables (the gain still
+    # below 1 and StepFun's order still wrong on the measured rows rule it out)
+    below = bool(len(perfect)) and bool((perfect["simulated"] < 1).all())
+    out["ch3_reval_ms_overlap_reading"] = "Nor is imperfect overlap" if below else "Imperfect overlap may be"
+    out["ch3_reval_ms_perfect_clause"] = (f"AFD {'still ' if below else ''}gives "
+                                          f"{out['ch3_reval_ms_gain_perfect']} of EP decode")
+    meas_ms, meas_order = ms[ms["backend"] == "measured"], order[order["backend"] == "measured"]
+    right = int(meas_order["target_met"].sum() + (meas_ms["simulated"] >= 1).sum())
+    ruled_out = len(meas_ms) > 0 and len(meas_order) > 0 and right == 0
+    out["ch3_reval_ms_gemm_reading"] = "are not that effect" if ruled_out else "may be that effect"
+    out["ch3_reval_ms_gemm_order"] = ("the order stays wrong there too" if ruled_out else
+                                      f"the order or the gain comes out right in {right} of "
+                                      f"{len(meas_order) + len(meas_ms)} of those rows")
     # the size the missing effect must have: the factor AFD's throughput over EP decode would need to gain
     need = ms["published"] / ms["simulated"]
     out["ch3_reval_ms_needed"] = _range(need, "{:.1f}x")
