@@ -81,3 +81,34 @@ def test_at_bounds_names_the_pinned_constants():
     i = len(v) - 2 * len(V.BACKENDS) + V.BACKENDS.index("sglang")  # SGLang's per-layer overhead at 0
     v[i] = 0.0
     assert V.at_bounds(V.Calibration.from_vector(v)) == ["bandwidth/b200_sxm", "layer_overhead_s/sglang"]
+
+
+def test_measured_backend_reads_each_runs_own_tables(rows):
+    """With ``backend="measured"`` each group of runs is priced by the kernel tables of its own GPU and
+    serving framework, most of its operator time comes from them, and the predictions change; the
+    roofline reads none. An unknown backend is an error naming the choices."""
+    ok = rows[rows["skip_reason"] == ""]
+    sub = ok.groupby(["system", "backend"]).head(3)
+    groups = V._prepare(sub, 50e9, "measured")
+    for G in groups:
+        r = sub.loc[G["index"]]
+        assert r["backend"].nunique() == 1 and r["system"].nunique() == 1
+        name = G["dev"]["backend"]
+        assert name.startswith(f"measured:{V.SYSTEM_MAP[r['system'].iloc[0]]}")
+        assert ("@" in name) == (r["backend"].iloc[0] != "trtllm")  # trtllm: the default framework
+    m = V.predict(sub, V.Calibration(), backend="measured")
+    r = V.predict(sub, V.Calibration())
+    assert (r["measured_share"] == 0).all()
+    assert m["measured_share"].median() > 0.5 and (m["measured_share"] <= 1).all()
+    assert not np.allclose(m["pred_tpot_ms"], r["pred_tpot_ms"])
+    with pytest.raises(ValueError, match="roofline, measured"):
+        V.predict(sub, backend="tables")
+
+
+def test_relaxed_bounds_only_for_fitted_fields(rows):
+    lo, hi = V.Calibration.bounds({"compute": (0.05, 3.0)})
+    lo0, hi0 = V.Calibration.bounds()
+    n = len(V.FIT_SYSTEMS)
+    assert (hi[:n] == 3.0).all() and (hi[n:] == hi0[n:]).all() and (lo == lo0).all()
+    with pytest.raises(ValueError, match="not fitted"):
+        V.fit(rows, relax={"step_overhead_s": (0.0, 1.0)})

@@ -183,3 +183,55 @@ def test_moe_split_sources_name_own_nearest_and_missing_tables():
     # DeepSeek-R1 on a GB200 rack, experts split 48 ways: more GPUs than the B200 table measures
     big = one(model="DeepSeek-R1", system="gb200", moe_tp_size=48)
     assert len(big) == 1 and R.moe_split_source_values(big)["ch3_reval_split_none"] == "1"
+
+
+def test_backend_comparison_is_worded_from_the_errors():
+    """The roofline-against-measured table: the medians and 90th percentiles of the held-out errors
+    per mode, the measured share and the constants at a bound; the reading follows how many of the
+    eight error statistics the measured backend wins."""
+    import numpy as np
+    import pandas as pd
+
+    from analysis.disagg import validate as V
+
+    def val(err, share, cal):
+        n = 40
+        mode = np.array(["agg", "disagg"] * (n // 2))
+        p = pd.DataFrame({"skip_reason": "", "split": ["test"] * n, "mode": mode,
+                          "err_ttft": np.linspace(-err, err, n), "err_tpot": np.linspace(-err, err, n) / 2,
+                          "measured_share": share})
+        return {"pred": p, "calibration": cal}
+
+    lo, hi = V.Calibration.bounds()
+    free = V.Calibration.from_vector((lo + hi) / 2)
+    v = (lo + hi) / 2
+    v[0] = hi[0]
+    pinned = V.Calibration.from_vector(v)
+    t = R.backend_table({"roofline": val(0.4, 0.0, pinned), "measured": val(0.6, 0.9, free)})
+    out = R.backend_values(t)
+    assert out["ch3_reval_roofline_at_bound"] == "1" and out["ch3_reval_measured_at_bound"] == "0"
+    assert out["ch3_reval_measured_share_agg"] == "90%" and out["ch3_reval_roofline_share_disagg"] == "0%"
+    assert out["ch3_reval_measured_closer"] == "0 of 8"
+    assert out["ch3_reval_backend_reading"] == "the measured tables do not bring the silicon runs closer"
+    t = R.backend_table({"roofline": val(0.6, 0.0, pinned), "measured": val(0.4, 0.9, free)})
+    reading = R.backend_values(t)["ch3_reval_backend_reading"]
+    assert reading == "the measured tables bring the silicon runs closer"
+    assert R.backend_display(t) is not None
+
+
+def test_bound_values_lift_only_a_pinned_efficiency():
+    """No efficiency at a bound: nothing is refitted. One pinned: it is refitted with its upper bound
+    lifted and the GPU's over-predicted groups are named."""
+    from analysis.disagg import validate as V
+    rows = V.load_rows()
+    lo, hi = V.Calibration.bounds()
+    free = V.Calibration.from_vector((lo + hi) / 2)
+    out = R.bound_values({"rows": rows, "calibration": free, "pred": V.predict(rows, free)})
+    assert out["ch3_reval_bound_relaxed"].startswith("none")
+    v = (lo + hi) / 2
+    v[V.FIT_SYSTEMS.index("h200_sxm")] = hi[0]
+    pinned = V.Calibration.from_vector(v)
+    out = R.bound_values({"rows": rows, "calibration": pinned, "pred": V.predict(rows, pinned)}, max_nfev=2)
+    assert out["ch3_reval_bound_relaxed"].startswith("compute/h200_sxm ")
+    assert float(out["ch3_reval_bound_relaxed"].split()[-1]) <= R.RELAX_TO
+    assert "runs)" in out["ch3_reval_bound_pull"] or out["ch3_reval_bound_pull"] == "no group over-predicted"

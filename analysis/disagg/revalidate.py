@@ -235,6 +235,96 @@ def pd_ttft_values(val: dict) -> dict:
     return out
 
 
+RELAX_TO = 3.0  # the diagnosis lifts an efficiency's upper bound from 1 to this multiple of the peak
+MIN_GROUP_RUNS = 10  # a (model, framework) group of runs named by the diagnosis has at least this many
+
+
+def bound_values(val: dict, max_nfev: int = 40) -> dict:
+    """Where the efficiencies at a bound go when the bound is lifted (to :data:`RELAX_TO`), refitted on
+    the same train runs (``val``: :func:`.study.validation`), and which runs of each such GPU pull them:
+    the (model, framework) groups of at least :data:`MIN_GROUP_RUNS` train runs with the largest
+    median over-prediction of TTFT at the bound."""
+    pinned = [n for n in V.at_bounds(val["calibration"]) if n.split("/")[0] in ("compute", "bandwidth")]
+    out = {"ch3_reval_bound_relax_to": f"{RELAX_TO:g}"}
+    if not pinned:
+        out["ch3_reval_bound_relaxed"] = out["ch3_reval_bound_pull"] = "none (no efficiency at a bound)"
+        out["ch3_reval_bound_reading"] = "no efficiency is held by a bound"
+        return out
+    fields = {n.split("/")[0] for n in pinned}
+    cal = V.fit(val["rows"], max_nfev=max_nfev, relax={f: (V._BOUNDS[f][0], RELAX_TO) for f in fields})
+    lifted = [getattr(cal, n.split("/")[0])[n.split("/")[1]] for n in pinned]
+    out["ch3_reval_bound_relaxed"] = ", ".join(f"{n} {v:.2f}" for n, v in zip(pinned, lifted))
+    out["ch3_reval_bound_reading"] = (
+        "the runs ask for more than the GPU's peak, so the efficiency carries an effect the roofline lacks"
+        if max(lifted) > 1 else "lifted, it stays within the peak, so the bound was not what held it")
+    p = val["pred"]
+    pulls = []
+    for n in pinned:
+        systems = [x for x in V.SYSTEMS if V.SILICON[x] == n.split("/")[1]]
+        t = p[(p["skip_reason"] == "") & (p["split"] == "train") & p["system"].isin(systems)]
+        g = t.groupby(["model", "backend"])["err_ttft"].agg(["median", "size"])
+        g = g[(g["size"] >= MIN_GROUP_RUNS) & (g["median"] > 0)]
+        g = g.sort_values("median", ascending=False).head(3)
+        pulls += [f"{m} on {b} ({e:+.0%}, {int(k):,} runs)" for (m, b), (e, k) in g.iterrows()]
+    out["ch3_reval_bound_pull"] = "; ".join(pulls) if pulls else "no group over-predicted"
+    return out
+
+
+def backend_table(vals: dict) -> pd.DataFrame:
+    """Held-out median and 90th-percentile absolute errors of TTFT and TPOT per mode, the constants at a
+    bound and the median measured share, one column per operator backend (``vals``: backend ->
+    :func:`.study.validation` with that backend, each calibrated on the same train split)."""
+    out = {}
+    for backend, val in vals.items():
+        p = val["pred"]
+        t = p[(p["skip_reason"] == "") & (p["split"] == "test")]
+        col = {}
+        for mode, name in (("agg", "colocated"), ("disagg", "disaggregated")):
+            m = t[t["mode"] == mode]
+            for metric in ("ttft", "tpot"):
+                e = m[f"err_{metric}"].abs()
+                col[(name, metric.upper(), "median")] = float(e.median())
+                col[(name, metric.upper(), "p90")] = float(e.quantile(0.9))
+            col[(name, "share of operator time from tables", "median")] = float(m["measured_share"].median())
+        col[("fit", "constants at a bound", "")] = float(len(V.at_bounds(val["calibration"])))
+        out[backend] = col
+    df = pd.DataFrame(out)
+    df.index.names = ["runs", "quantity", "statistic"]
+    return df
+
+
+def backend_values(table: pd.DataFrame) -> dict:
+    """The chapter's words on :func:`backend_table`: per backend the held-out PD TTFT median, the
+    constants at a bound and the median measured share, and on how many of the eight held-out error
+    statistics (median and 90th percentile of TTFT and TPOT, colocated and disaggregated) the measured
+    backend is the closer one."""
+    errs = table[table.index.get_level_values("quantity").isin(["TTFT", "TPOT"])]
+    out = {}
+    share = "share of operator time from tables"
+    for b in table.columns:
+        out[f"ch3_reval_{b}_pd_ttft"] = f"{table.loc[('disaggregated', 'TTFT', 'median'), b]:.0%}"
+        out[f"ch3_reval_{b}_at_bound"] = f"{int(table.loc[('fit', 'constants at a bound', ''), b]):,}"
+        out[f"ch3_reval_{b}_share_agg"] = f"{table.loc[('colocated', share, 'median'), b]:.0%}"
+        out[f"ch3_reval_{b}_share_disagg"] = f"{table.loc[('disaggregated', share, 'median'), b]:.0%}"
+    if {"roofline", "measured"} <= set(table.columns):
+        closer = int((errs["measured"] < errs["roofline"]).sum())
+        out["ch3_reval_measured_closer"] = f"{closer:,} of {len(errs):,}"
+        out["ch3_reval_backend_reading"] = (
+            "the measured tables do not bring the silicon runs closer" if 2 * closer < len(errs) else
+            "neither backend is the closer one on these runs" if 2 * closer == len(errs) else
+            "the measured tables bring the silicon runs closer")
+    return out
+
+
+def backend_display(table: pd.DataFrame):
+    """:func:`backend_table` for the page: errors and shares in percent, the count of constants as is."""
+    shown = table.reset_index()
+    for b in table.columns:
+        shown[b] = [f"{int(v):,}" if q == "constants at a bound" else f"{v:.0%}"
+                    for q, v in zip(shown["quantity"], shown[b])]
+    return shown.style.hide(axis="index")
+
+
 # the MoE kernels the tensor-split runs use, from AIConfigurator's tables: DeepSeek-V3's experts in FP8 on
 # eight GPUs, split eight ways (moe_tp 8) against spread over them (moe_ep 8), at decode- and prefill-sized
 # token counts

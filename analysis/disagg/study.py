@@ -542,14 +542,16 @@ def calibrated_efficiency(cal, system="h100_sxm", backend="trtllm") -> Efficienc
                                 layer_overhead_s=float(cal.layer_overhead_s[backend]))
 
 
-def validation(max_nfev=40):
-    """Rows, the calibration fitted on the train split, and predictions (calibrated and not)."""
+def validation(max_nfev=40, backend: str = "roofline"):
+    """Rows, the calibration fitted on the train split, and predictions (calibrated and not), with
+    operators priced by ``backend`` (:func:`.validate.predict`: ``"roofline"`` or ``"measured"``)."""
     rows = V.load_rows()
-    cal = V.fit(rows, split="train", max_nfev=max_nfev)
-    pred = V.predict(rows, cal)
-    raw = V.predict(rows, V.Calibration())
-    assumed = V.predict(V.load_rows(assume_workers=True), cal)
-    return {"rows": rows, "calibration": cal, "pred": pred, "uncalibrated": raw, "assumed_workers": assumed}
+    cal = V.fit(rows, split="train", max_nfev=max_nfev, backend=backend)
+    pred = V.predict(rows, cal, backend=backend)
+    raw = V.predict(rows, V.Calibration(), backend=backend)
+    assumed = V.predict(V.load_rows(assume_workers=True), cal, backend=backend)
+    return {"rows": rows, "calibration": cal, "pred": pred, "uncalibrated": raw, "assumed_workers": assumed,
+            "backend": backend}
 
 
 NO_CHUNK = "C, no chunked prefill"  # the colocated baseline as vLLM ran it by default

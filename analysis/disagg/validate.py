@@ -85,6 +85,7 @@ QUANT = {  # quant mode -> the time model's weight format (analysis.forward.WEIG
     "float16": "bf16",
 }
 SYSTEMS = tuple(SYSTEM_MAP)
+M_COMPUTE_BYTES = measured._COMPUTE_BYTES  # bytes per element of a compute dtype's GEMM operands
 # The calibration fits one compute and one bandwidth efficiency per *silicon*: a GB200 (GB300) NVL72 rack's
 # GPU is the B200 (B300) die with the same HBM (data/hardware.csv; NVIDIA's GB200/GB300 NVL72 pages), so
 # its kernels reach the same fraction of each device's own peaks. Fitted apart, the GB200 and GB300
@@ -235,13 +236,16 @@ class Calibration:
         return np.asarray(out, dtype=float)
 
     @staticmethod
-    def bounds():
+    def bounds(relax: dict | None = None):
+        """Lower and upper bounds of :meth:`vector`; ``relax`` maps a fitted field to a (lo, hi) pair
+        that replaces its bounds (a diagnosis: where a constant goes when its bound is lifted)."""
         lo, hi = [], []
         for f in fitted_fields():
             n = (len(FIT_SYSTEMS) if f in ("compute", "bandwidth") else 1 if f == "sync_disagg"
                  else len(BACKENDS))
-            lo += [_BOUNDS[f][0]] * n
-            hi += [_BOUNDS[f][1]] * n
+            b = (relax or {}).get(f, _BOUNDS[f])
+            lo += [b[0]] * n
+            hi += [b[1]] * n
         return np.asarray(lo), np.asarray(hi)
 
     @classmethod
@@ -299,12 +303,29 @@ def fitted_fields() -> tuple:
     return tuple(f for f in FIELDS if f not in DROPPED)
 
 
-def _prepare(rows: pd.DataFrame, net_bw: float) -> list:
+OPERATOR_BACKENDS = ("roofline", "measured")
+
+
+def _check_backend(backend: str) -> None:
+    if backend not in OPERATOR_BACKENDS:
+        raise ValueError(f"operator backend must be one of {', '.join(OPERATOR_BACKENDS)}, got {backend!r}")
+
+
+def _prepare(rows: pd.DataFrame, net_bw: float, backend: str = "roofline") -> list:
     """Everything of the predictable rows that does not depend on the calibration, grouped by
-    (model, mode) as numpy arrays (so that a calibration fit re-evaluates only arithmetic)."""
+    (model, mode) as numpy arrays (so that a calibration fit re-evaluates only arithmetic).
+
+    ``backend="measured"`` prices each run's operators from AIConfigurator's kernel tables of its own
+    GPU and its own serving framework (:func:`analysis.measured.backend_name`; the roofline with the
+    calibrated efficiencies where the tables have no entry, as for MLA and attention cores): the rows are
+    grouped by (model, mode, system, GEMM precision, framework) so that each group has one backend and
+    one compute dtype."""
+    _check_backend(backend)
     out = []
     ok = rows[rows["skip_reason"] == ""]
-    for (model, mode), g in ok.groupby(["model", "mode"], sort=True):
+    keys = ["model", "mode"] + (["system", "gemm_quant_mode", "backend"] if backend == "measured" else [])
+    for key, g in ok.groupby(keys, sort=True):
+        model, mode = key[0], key[1]
         s = costs.shape(model)
         cols = {c: pd.to_numeric(g[c], errors="coerce").to_numpy(float) for c in NUMERIC}
         cols["sys_idx"] = np.array([SYSTEMS.index(x) for x in g["system"]])
@@ -315,7 +336,10 @@ def _prepare(rows: pd.DataFrame, net_bw: float) -> list:
         # KV cache in fp8 for fp8/fp4 runs (the serving recipes of these runs set it), bf16 otherwise
         fp8kv = np.isin(g["gemm_quant_mode"].to_numpy(), ["fp8", "fp8_block", "nvfp4"])
         kvb = np.where(fp8kv, kv.DTYPE_BYTES["fp8"], kv.DTYPE_BYTES["bf16"])
-        prec = Precision(weight_bytes=wb, kv_bytes=kvb, act_bytes=2.0, compute="bf16")
+        # the roofline reads each row's compute peak from ``dev["flops"]``; a measured backend reads the
+        # GEMM table of the compute dtype the operator carries (one per group)
+        prec = Precision(weight_bytes=wb, kv_bytes=kvb, act_bytes=2.0,
+                         compute=comp[0] if backend == "measured" else "bf16")
         hwc = {h: specs.gpu(h) for h in set(g["hardware"])}
         hws = [hwc[h] for h in g["hardware"]]
         dev = {
@@ -331,6 +355,10 @@ def _prepare(rows: pd.DataFrame, net_bw: float) -> list:
                 measured.moe_split_slowdown, weight_bytes=wb,
                 silicon=np.array([SILICON[x] for x in g["system"]], dtype=object)),
         }
+        if backend == "measured":
+            weight_only = float(np.min(wb)) < M_COMPUTE_BYTES.get(comp[0], 2.0) - 1e-9
+            dev["backend"] = measured.backend_name(g["hardware"].iloc[0], framework=g["backend"].iloc[0],
+                                                   weight_only=weight_only)
         out.append(
             {
                 "model": model,
@@ -440,16 +468,21 @@ def _disagg(s, g, eff, prec, dev, cal, kv_overlap=costs.LAYERWISE_OVERLAP):
     return ttft + _bk(cal.ttft_overhead_s, g), t_dec
 
 
-def _predict_arrays(groups, cal: Calibration, base: Efficiency, kv_overlap=costs.LAYERWISE_OVERLAP):
+def _predict_arrays(groups, cal: Calibration, base: Efficiency, kv_overlap=costs.LAYERWISE_OVERLAP,
+                    share: bool = False):
+    """Per group: its row index, predicted TTFT and TPOT (s) and, with ``share``, the share of the priced
+    operator seconds read from measured tables (:func:`analysis.forward.ledger`; NaN without)."""
     out = []
     for G in groups:
         g = G["cols"]
         eff = _eff(g, cal, base)
-        if G["mode"] == "agg":
-            ttft, tpot = _agg(G["shape"], g, eff, G["prec"], G["dev"], cal)
-        else:
-            ttft, tpot = _disagg(G["shape"], g, eff, G["prec"], G["dev"], cal, kv_overlap=kv_overlap)
-        out.append((G["index"], ttft, tpot))
+        with costs.ledger() as led:
+            if G["mode"] == "agg":
+                ttft, tpot = _agg(G["shape"], g, eff, G["prec"], G["dev"], cal)
+            else:
+                ttft, tpot = _disagg(G["shape"], g, eff, G["prec"], G["dev"], cal, kv_overlap=kv_overlap)
+        sh = np.broadcast_to(led.measured_share, np.shape(ttft)) if share else np.full(np.shape(ttft), np.nan)
+        out.append((G["index"], ttft, tpot, sh))
     return out
 
 
@@ -460,36 +493,48 @@ def predict(
     base: Efficiency = Efficiency(),
     net_bw: float = 50e9,
     kv_overlap: float = costs.LAYERWISE_OVERLAP,
+    backend: str = "roofline",
     _groups=None,
 ) -> pd.DataFrame:
-    """Predicted ``pred_ttft_ms`` / ``pred_tpot_ms`` for every predictable row (others NaN).
-    ``kv_overlap``: the share of the PD KV transfer hidden behind the prefill pass of what the ideal
-    layer-wise pipeline hides (:func:`analysis.forward.kv_transfer_exposed`)."""
+    """Predicted ``pred_ttft_ms`` / ``pred_tpot_ms`` for every predictable row (others NaN) and
+    ``measured_share``, the share of its priced operator seconds read from kernel tables (0 on the
+    roofline). ``kv_overlap``: the share of the PD KV transfer hidden behind the prefill pass of what
+    the ideal layer-wise pipeline hides (:func:`analysis.forward.kv_transfer_exposed`); ``backend``:
+    the operator backend (:func:`_prepare`)."""
     cal = cal or Calibration()
     out = rows.copy()
-    ttft_all = np.full(len(out), np.nan)
-    tpot_all = np.full(len(out), np.nan)
+    ttft_all, tpot_all, share_all = (np.full(len(out), np.nan) for _ in range(3))
     pos = pd.Series(np.arange(len(out)), index=out.index)
-    for idx, ttft, tpot in _predict_arrays(_groups or _prepare(rows, net_bw), cal, base, kv_overlap):
+    groups = _groups or _prepare(rows, net_bw, backend)
+    for idx, ttft, tpot, share in _predict_arrays(groups, cal, base, kv_overlap, share=True):
         ttft_all[pos[idx].to_numpy()] = ttft * 1e3
         tpot_all[pos[idx].to_numpy()] = tpot * 1e3
+        share_all[pos[idx].to_numpy()] = share
     out["pred_ttft_ms"] = ttft_all
     out["pred_tpot_ms"] = tpot_all
+    out["measured_share"] = share_all
     out["err_ttft"] = out["pred_ttft_ms"] / out["silicon_ttft_ms"] - 1
     out["err_tpot"] = out["pred_tpot_ms"] / out["silicon_tpot_ms"] - 1
     return out
 
 
-def fit(rows: pd.DataFrame, *, split="train", max_nfev=60, **kw) -> Calibration:
+def fit(rows: pd.DataFrame, *, split="train", max_nfev=60, backend: str = "roofline",
+        relax: dict | None = None, **kw) -> Calibration:
     """Fit the calibration on the rows of ``split`` (robust least squares on log prediction error of
-    TTFT and TPOT); bounds keep efficiencies in (0.05, 1] and overheads in [0, 20 ms]."""
+    TTFT and TPOT); bounds keep efficiencies in (0.05, 1] and overheads in [0, 20 ms]. With
+    ``backend="measured"`` the efficiencies apply only to the operators the kernel tables lack.
+    ``relax``: bounds lifted for a diagnosis (:meth:`Calibration.bounds`)."""
+    bad = sorted(set(relax or {}) - set(fitted_fields()))
+    if bad:
+        raise ValueError(f"relax names fields that are not fitted: {bad}; "
+                         f"fitted: {', '.join(fitted_fields())}")
     from scipy.optimize import least_squares  # optional heavy dependency
 
     r = rows[(rows["skip_reason"] == "") & (rows["split"] == split)]
     x0 = Calibration().vector()
-    lo, hi = Calibration.bounds()
+    lo, hi = Calibration.bounds(relax)
 
-    groups = _prepare(r, kw.get("net_bw", 50e9))
+    groups = _prepare(r, kw.get("net_bw", 50e9), backend)
     base = kw.get("base", Efficiency())
     meas = {
         id(G): (
@@ -502,7 +547,7 @@ def fit(rows: pd.DataFrame, *, split="train", max_nfev=60, **kw) -> Calibration:
     def resid(v):
         cal = Calibration.from_vector(v)
         parts = []
-        for G, (_, ttft, tpot) in zip(groups, _predict_arrays(groups, cal, base)):
+        for G, (_, ttft, tpot, _) in zip(groups, _predict_arrays(groups, cal, base)):
             mt, mp = meas[id(G)]
             parts += [np.log(ttft / mt), np.log(tpot / mp)]
         e = np.concatenate(parts)
