@@ -312,6 +312,13 @@ class Ledger:
         self.measured_s = self.measured_s + seconds * measured
         self.by_kind[kind] = self.by_kind.get(kind, 0.0) + seconds
 
+    def absorb(self, other: "Ledger"):
+        """Add the seconds another ledger recorded (a ledger closed inside this one)."""
+        self.total_s = self.total_s + other.total_s
+        self.measured_s = self.measured_s + other.measured_s
+        for kind, sec in other.by_kind.items():
+            self.by_kind[kind] = self.by_kind.get(kind, 0.0) + sec
+
     @property
     def measured_share(self):
         """Share of the priced operator seconds that came from measured tables (0 for the roofline)."""
@@ -324,13 +331,17 @@ _LEDGER: contextvars.ContextVar = contextvars.ContextVar("time_model_ledger", de
 
 @contextlib.contextmanager
 def ledger():
-    """Record every operator priced inside the ``with`` block (the innermost ledger records)."""
+    """Record every operator priced inside the ``with`` block (the innermost ledger records; when it
+    closes, an enclosing ledger absorbs its totals, so it also sees what was priced inside)."""
+    outer = _LEDGER.get()
     led = Ledger()
     tok = _LEDGER.set(led)
     try:
         yield led
     finally:
         _LEDGER.reset(tok)
+        if outer is not None:
+            outer.absorb(led)
 
 
 def price(op: Op, eff: "Efficiency", backend: str = "roofline", count=1.0):

@@ -197,8 +197,9 @@ def test_only_chapter_3_uses_the_measured_backend():
     leave-one-shape-out check of the MoE fallback), the revalidation's reading of the MoE table at two
     expert splits (``revalidate.moe_split_kernel_values``, a stated comparison, no plan priced by it)
     and the validation's (``validate``: the measured slowdown of tensor-split experts,
-    ``measured.moe_split_slowdown``, scales the roofline's routed experts of those runs; no operator is
-    priced by the backend); a chapter that adopts it updates this test."""
+    ``measured.moe_split_slowdown``, scales the roofline's routed experts of those runs; with
+    ``backend="measured"`` the whole validation is priced from the tables, which chapter 3's evidence
+    page compares with the roofline's); a chapter that adopts it updates this test."""
     from tests.test_layers import graph
 
     users = sorted(m for m, targets in graph().items() if "analysis.measured" in targets)
@@ -209,7 +210,8 @@ def test_only_chapter_3_uses_the_measured_backend():
     # 'measured' as such: chapter 5 keeps chapter 4's measurements under the key "measured")
     uses = re.compile(r"measured import|import measured|import analysis\.measured|measured_device"
                       r"|backend\s*=\s*[\"']measured[\"']")
-    assert pages and [p.name for p in pages if uses.search(p.read_text())] == ["03_disagg.md"]
+    assert pages and [p.name for p in pages if uses.search(p.read_text())] == ["03_disagg.md",
+                                                                             "03_disagg_evidence.md"]
 
 
 def test_attention_from_the_generation_and_context_tables_when_the_op_carries_heads():

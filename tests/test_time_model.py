@@ -197,3 +197,16 @@ def test_overlap_time_counts_the_micro_batches():
     four = float(fw.colocated_pass_time(s, prec, eff, dev, tp=1.0, pre_seqs=4.0, pre_len=4096.0,
                                         microbatches=4)) - fixed
     assert four == pytest.approx(4 * one, rel=1e-12)
+
+
+def test_an_enclosing_ledger_sees_what_an_inner_one_recorded():
+    """A ledger opened inside another records the operators priced inside it; when it closes, the
+    enclosing one absorbs its totals (per kind and measured), so nesting hides nothing."""
+    op = fw.Op("gemm", {"m": 8.0, "n": 4096.0, "k": 4096.0}, 1e12, 1e9, 1e15, 1e12)
+    with fw.ledger() as outer:
+        fw.price(op, fw.Efficiency())
+        with fw.ledger() as inner:
+            fw.price(op, fw.Efficiency(), count=2.0)
+    assert inner.total_s == pytest.approx(2 * fw.price(op, fw.Efficiency()))
+    assert outer.total_s == pytest.approx(1.5 * inner.total_s)
+    assert outer.by_kind["gemm"] == pytest.approx(outer.total_s) and outer.measured_s == 0.0
