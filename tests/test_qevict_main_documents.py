@@ -24,6 +24,15 @@ def test_main_runs_have_five_documents_in_each_of_six_genres():
     assert len(set(MAIN[0]["documents"])) == 30
 
 
+def test_the_sources_table_counts_both_runs_documents_by_genre():
+    """The evidence page's table of where the documents come from: one row per genre, each distinct
+    document of the two main runs (they read the same ones) counted once."""
+    from analysis.qevict.longview import main_document_sources
+    t = main_document_sources()
+    distinct = {s for r in MAIN for s in r["documents"]}
+    assert len(t) == 6 and int(t["documents (count)"].sum()) == len(distinct) == 30
+
+
 def test_registered_packages_parse():
     assert {"Gen", "Exod", "Job", "Isa", "Ps", "Matt", "Acts", "Rev", "Tob"} <= set(C.bible_books())
     assert len(C.bible_books()) >= 66
