@@ -71,6 +71,13 @@ def code_hash(modules) -> str:
     return h.hexdigest()
 
 
+def _safe_files(module: str) -> list:
+    try:
+        return _module_files(module)
+    except ModuleNotFoundError:
+        return []
+
+
 def _git(*args) -> str:
     try:
         return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=30,
@@ -176,6 +183,9 @@ def write_artifact(name: str, tables: dict, *, modules, command: str, wall_secon
         prov = dict(
             name=name, commit=_git("rev-parse", "HEAD"),
             dirty=bool(_git("status", "--porcelain", "--", "analysis")),
+            dirty_files=sorted(set(_git("diff", "--name-only", "HEAD", "--", "analysis").splitlines()
+                                   + _git("ls-files", "--others", "--exclude-standard", "--",
+                                          "analysis").splitlines())),
             modules=sorted(set(modules)), code_hash=code_hash(modules),
             date=_dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
             machine=machine_info(), command=command, wall_seconds=round(float(wall_seconds), 1),
@@ -199,13 +209,28 @@ class Artifact:
     def stale(self) -> bool:
         return bool(self.stale_reasons)
 
+    def _dirty_text(self) -> str:
+        """Whether ``analysis/`` had uncommitted changes when it was written, and whether they touched
+        its code: the files the provenance lists (older provenance lists none), or, when its code hash
+        still matches, none of them did."""
+        p = self.provenance
+        if not p.get("dirty"):
+            return ""
+        files = p.get("dirty_files") or []
+        code = {x.resolve() for m in p.get("modules", []) for x in _safe_files(m)}
+        mine = [f for f in files if (REPO_ROOT / f).resolve() in code]
+        if files:
+            return (f" (uncommitted changes in {', '.join(files)}"
+                    f"{'' if mine else '; none in its code'})")
+        return " (uncommitted changes; none in its code)" if not self.stale else " (uncommitted changes)"
+
     def describe(self) -> str:
         """One line for a chapter: where the numbers come from, when, and whether they are stale."""
         p = self.provenance
         m = p.get("machine", {})
         load = m.get("loadavg")
         s = (f"results/{self.name}, computed {p.get('date', '?')} at commit {str(p.get('commit', '?'))[:10]}"
-             f"{' (uncommitted changes)' if p.get('dirty') else ''} on {m.get('cores', '?')} cores of "
+             f"{self._dirty_text()} on {m.get('cores', '?')} cores of "
              f"{m.get('cpu', '?')}"
              f"{f' (load {load[0]:.1f})' if load else ''} in {p.get('wall_seconds', 0) / 60:.1f} min"
              f"{_resumed(p.get('units') or {})}; reproduce with `{p.get('command', '?')}`")

@@ -41,6 +41,28 @@ def test_stale_when_code_changes(tmp_results):
     assert a.describe().startswith("**STALE**")
 
 
+def test_the_dirty_flag_says_which_files_and_whether_they_were_its_code(tmp_results):
+    """A tree with uncommitted changes under analysis/: the line names the files and says whether any is
+    the artifact's code; an older provenance without the list says 'none in its code' only while its
+    code hash still matches (not stale)."""
+    artifacts.write_artifact("demo", {"t": pd.DataFrame(dict(a=[1]))}, modules=["analysis.kv"],
+                             command="c", wall_seconds=1)
+    path = artifacts.results_dir() / "demo" / "provenance.json"
+    prov = json.loads(path.read_text())
+    assert isinstance(prov["dirty_files"], list)
+
+    def line(**kw):
+        path.write_text(json.dumps({**prov, **kw}))
+        return artifacts.read_artifact("demo").describe()
+
+    assert "uncommitted" not in line(dirty=False, dirty_files=[])
+    assert "(uncommitted changes in analysis/kv.py)" in line(dirty=True, dirty_files=["analysis/kv.py"])
+    other = line(dirty=True, dirty_files=["analysis/disagg/chapter.py"])
+    assert "(uncommitted changes in analysis/disagg/chapter.py; none in its code)" in other
+    assert "(uncommitted changes; none in its code)" in line(dirty=True, dirty_files=None)
+    assert "(uncommitted changes)" in line(dirty=True, dirty_files=None, code_hash="0")  # stale: unknown
+
+
 def test_stale_when_table_edited(tmp_results):
     p = artifacts.write_artifact("demo", {"t": pd.DataFrame(dict(a=[1]))}, modules=["kvbook_tmp_mod"],
                                  command="c", wall_seconds=1)

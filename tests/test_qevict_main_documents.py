@@ -27,7 +27,7 @@ def test_main_runs_have_five_documents_in_each_of_six_genres():
 def test_the_sources_table_counts_both_runs_documents_by_genre():
     """The evidence page's table of where the documents come from: one row per genre, each distinct
     document of the two main runs (they read the same ones) counted once."""
-    from analysis.qevict.longview import main_document_sources
+    from analysis.qevict.chapter import main_document_sources
     t = main_document_sources()
     distinct = {s for r in MAIN for s in r["documents"]}
     assert len(t) == 6 and int(t["documents (count)"].sum()) == len(distinct) == 30

@@ -15,9 +15,11 @@ from .. import claims
 from ..cache import cached
 from . import longrun_units
 from .config import policy_config
+from .corpora import document_sources
 from .labels import display_label, labels_for, named, names_of
 from .longview import (
     DRIFT_PRIMARY_RULE,
+    MAIN_PREFIX,
     budget_trend_rule_text,
     budget_trend_table,
     budget_trend_text,
@@ -29,6 +31,7 @@ from .longview import (
     drift_primary_scope,
     drift_primary_text,
     long_lengths_text,
+    long_runs,
     main_comparison,
     main_setup_text,
     primary_verdict,
@@ -871,3 +874,10 @@ def ledger_glue(
 def value_of(rows: list, name: str):
     """The value of glue row ``name`` among ``rows``."""
     return next(v for n, v, _ in rows if n == name)
+
+
+def main_document_sources() -> pd.DataFrame:
+    """Where the main comparison's documents come from, one row per genre
+    (:func:`analysis.qevict.corpora.document_sources` of every document the main runs declare)."""
+    specs = [s for r in long_runs() if r["name"].startswith(MAIN_PREFIX) for s in r["documents"]]
+    return document_sources(specs)

@@ -9,7 +9,6 @@ import yaml
 
 from analysis.artifacts import REPO_ROOT, list_artifacts, read_artifact
 
-from .corpora import document_sources
 from .labels import named
 from .metrics import (
     DRIFT_RULE,
@@ -103,13 +102,6 @@ def long_rule_tables(arts, policy: str = "qevict_recall", genre_labels: dict | N
 
 
 MAIN_PREFIX = "qevict_long_main_"  # the main comparison: one artifact per architecture
-
-
-def main_document_sources(sweep: Path = LONG_SWEEP) -> pd.DataFrame:
-    """Where the main comparison's documents come from, one row per genre
-    (:func:`analysis.qevict.corpora.document_sources` of every document the main runs declare)."""
-    specs = [s for r in long_runs(sweep) if r["name"].startswith(MAIN_PREFIX) for s in r["documents"]]
-    return document_sources(specs)
 
 
 def main_comparison(arts):
