@@ -10,7 +10,8 @@ from analysis.disagg import revalidate as R
 from analysis.disagg import search as S
 
 
-def _fake(monkeypatch, afd_over_d=0.8, dsv3=2324.0, ms_gain=0.7, ds=(4.8, 3.8, 3.9), ds_means=1.9):
+def _fake(monkeypatch, afd_over_d=0.8, dsv3=2324.0, ms_gain=0.7, ds=(4.8, 3.8, 3.9), ds_means=1.9,
+          ms_d=1000.0):
     """Stand-ins for the pricing functions (each warns of a grid edge, as the real ones do)."""
     calls = {"decode": [], "distserve": []}
 
@@ -18,7 +19,7 @@ def _fake(monkeypatch, afd_over_d=0.8, dsv3=2324.0, ms_gain=0.7, ds=(4.8, 3.8, 3
         calls["decode"].append((model, device, mode, kw["backend"], kw["eff"].overlap))
         warnings.warn(S.GridEdgeWarning(f"{model} {mode} at an edge"))
         if device.startswith("A800"):  # MegaScale-Infer
-            v = 1000.0 * (ms_gain if mode == "AFD" else 1.0)
+            v = ms_d * (ms_gain if mode == "AFD" else 1.0)
         elif model == "DeepSeek-V3":
             v = dsv3
         else:
@@ -41,8 +42,9 @@ def test_every_row_by_backend_and_overlap_without_warnings(monkeypatch, recwarn)
     calls = _fake(monkeypatch)
     t = R.revalidation_table(seeds=3)
     assert [w for w in recwarn.list if issubclass(w.category, S.GridEdgeWarning)] == []
-    # 2 backends x 2 overlaps x (2 StepFun cells + ordering + 2 MegaScale models) + 3 draws + the means
-    assert len(t) == 2 * 2 * 5 + 3 + 1
+    # 2 backends x 2 overlaps x (2 StepFun cells + ordering + 2 MegaScale models x (gain + both sides'
+    # throughputs against Figure 8's bars)) + 3 draws + the means
+    assert len(t) == 2 * 2 * (3 + 2 * 3) + 3 + 1
     assert set(t["backend"]) == {"roofline", "measured"}
     assert {c[3] for c in calls["decode"]} == {"roofline", "measured"}
     assert sorted({c[4] for c in calls["decode"]}) == sorted({S.Efficiency().overlap, 1.0})
@@ -105,6 +107,31 @@ def test_the_candidate_effects_are_judged_from_their_rows(monkeypatch):
     assert v["ch3_reval_ms_perfect_clause"] == "AFD gives 1.10x of EP decode"
     assert v["ch3_reval_ms_gemm_reading"] == "may be that effect"
     assert v["ch3_reval_ms_gemm_order"].endswith("6 of 6 of those rows")  # 2 overlaps x (order + 2 models)
+
+
+def test_megascale_sides_against_figure_8s_bars(monkeypatch):
+    """Each side of MegaScale-Infer's gain against its own bar of Figure 8: EP decode against
+    TensorRT-LLM's, AFD against MegaScale-Infer's; the reading names the side with the larger error in
+    most settings."""
+    _fake(monkeypatch, ms_gain=0.7)  # the fakes: EP decode 1,000 tokens/s per GPU, AFD 700
+    t = R.revalidation_table(seeds=1, backends=("roofline",), overlaps=(1.0,))
+    bars = t[(t["kind"] == "throughput") & t["row"].str.startswith("MegaScale")]
+    trt = data.published("megascale_infer_fig8_trtllm_tps_mixtral")["value"]
+    msi = data.published("megascale_infer_fig8_msi_tps_mixtral")["value"]
+    d = bars[bars["row"] == "MegaScale-Infer Mixtral-8x22B: EP decode (tokens/s per GPU)"].iloc[0]
+    a = bars[bars["row"] == "MegaScale-Infer Mixtral-8x22B: AFD (tokens/s per GPU)"].iloc[0]
+    assert d["published"] == trt and d["error"] == pytest.approx(1000 / trt - 1)
+    assert a["published"] == msi and a["error"] == pytest.approx(700 / msi - 1)
+    v = R.revalidation_values(t)
+    assert v["ch3_reval_ms_base_farther"] == "0 of 2"  # 1,000 is nearer TensorRT-LLM's bar than 700 MSI's
+    assert v["ch3_reval_ms_side_reading"] == "the gap is mostly on the AFD side"
+    assert v["ch3_reval_ms_side_short"] == "mostly on the AFD side"
+    # the StepFun words read only StepFun's rows
+    assert v["ch3_reval_stepfun_within"].endswith("of 2")
+    _fake(monkeypatch, ms_gain=0.95, ms_d=1600.0)  # EP decode far above TensorRT-LLM's bar, AFD near MSI's
+    v = R.revalidation_values(R.revalidation_table(seeds=1, backends=("roofline",), overlaps=(1.0,)))
+    assert v["ch3_reval_ms_base_farther"] == "2 of 2"
+    assert v["ch3_reval_ms_side_reading"].startswith("the gap is mostly on the baseline side: the simulator")
 
 
 def test_bad_input_is_a_clear_error():
