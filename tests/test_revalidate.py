@@ -164,6 +164,15 @@ def test_pd_ttft_values_count_the_slow_runs_and_price_the_kv_overlap():
     assert (serial["pred_ttft_ms"] >= t["pred_ttft_ms"] - 1e-9).all()
     assert (serial["pred_ttft_ms"] > t["pred_ttft_ms"]).any()
     assert float(out["ch3_reval_pd_kv00_shift"].rstrip("%")) > 0
+    # the slow runs whose clients exactly fill the recorded decode slots, counted from the rows
+    ddp = t["decode_attention_dp_size"]
+    slots = t["decode_num_workers"] * ddp.where(ddp >= 1, 1.0) * t["decode_batch_size"]
+    filled = int((t["concurrency"] == slots)[slow].sum())
+    assert out["ch3_reval_pd_slow_filled"] == f"{filled:,} of {int(slow.sum()):,}"
+    # the reading follows how far the overlap moves the median (KV_CARRY)
+    moved = max(abs(R._pd_held_out(V.predict(rows, cal, kv_overlap=o))["err_ttft"].abs().median()
+                    - t["err_ttft"].abs().median()) for o in R.KV_OVERLAPS)
+    assert out["ch3_reval_pd_kv_reading"].endswith("does not carry the error") == (moved <= R.KV_CARRY)
 
 
 def test_moe_split_kernel_values_read_the_tables_at_both_splits():
