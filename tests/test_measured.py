@@ -258,3 +258,23 @@ def test_weight_only_quantised_gemms_fall_back_instead_of_reading_the_compute_dt
         t = fw.price(op, EFF, d["backend"])
     assert t == pytest.approx(fw.roofline_backend(op, EFF)[0])
     assert [k[2] for k in fb.by_reason] == [M.REASONS[12]]
+
+
+def test_reuse_reads_returns_the_same_reads_once_computed(monkeypatch):
+    """Inside ``reuse_reads`` an identical table read is computed once and returns the same values
+    (copies: a caller's edit does not reach the memo); outside it every read is computed."""
+    g = M.table(FOLDER, "gemm").grid(("bfloat16",))
+    pts = (np.array([8.0, 64.0]), np.array([4096.0]), np.array([4096.0]))
+    calls = []
+    real = M._interpolate
+    monkeypatch.setattr(M, "_interpolate", lambda grid, p: calls.append(1) or real(grid, p))
+    want = M.interpolate(g, pts)
+    with M.reuse_reads():
+        a = M.interpolate(g, pts)
+        a[0][:] = -1.0
+        b = M.interpolate(g, pts)
+    assert len(calls) == 2  # once outside, once inside the block
+    np.testing.assert_array_equal(b[0], want[0])
+    np.testing.assert_array_equal(b[1], want[1])
+    M.interpolate(g, pts)
+    assert len(calls) == 3
