@@ -112,3 +112,14 @@ def test_relaxed_bounds_only_for_fitted_fields(rows):
     assert (hi[:n] == 3.0).all() and (hi[n:] == hi0[n:]).all() and (lo == lo0).all()
     with pytest.raises(ValueError, match="not fitted"):
         V.fit(rows, relax={"step_overhead_s": (0.0, 1.0)})
+
+
+def test_measured_backend_keeps_weight_only_gemms_off_the_compute_dtype_table(rows):
+    """Runs whose weights are stored in fewer bytes than their compute dtype (int4 weight-only) get the
+    backend whose GEMMs fall back (the bf16 table would price another kernel); fp8 runs keep the tables."""
+    ok = rows[rows["skip_reason"] == ""]
+    w4 = ok[ok["moe_quant_mode"] == "int4_wo"].head(2)
+    f8 = ok[ok["gemm_quant_mode"] == "fp8"].head(2)
+    assert len(w4) and len(f8)
+    assert all(G["dev"]["backend"].endswith("+weight-only") for G in V._prepare(w4, 50e9, "measured"))
+    assert not any(G["dev"]["backend"].endswith("+weight-only") for G in V._prepare(f8, 50e9, "measured"))
