@@ -1040,14 +1040,14 @@ def backend_name(device: str, framework: str = DEFAULT_FRAMEWORK, weight_only: b
 
 
 # bytes per element of each compute dtype's GEMM operands (forward.WEIGHT_FORMATS's compute names)
-_COMPUTE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5625}
+COMPUTE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5625}
 
 
 def device(name: str, prec: forward.Precision = forward.Precision(),
            framework: str = DEFAULT_FRAMEWORK) -> dict:
     """:func:`analysis.forward.instance_device` of a GPU priced by its measured tables (weight-only
     quantised precisions, such as ``int4`` with bf16 math, get the backend whose GEMMs fall back)."""
-    weight_only = prec.weight_bytes < _COMPUTE_BYTES.get(prec.compute, 2.0) - 1e-9
+    weight_only = prec.weight_bytes < COMPUTE_BYTES.get(prec.compute, 2.0) - 1e-9
     return {**forward.instance_device(name, prec), "backend": backend_name(name, framework, weight_only)}
 
 

@@ -123,3 +123,17 @@ def test_measured_backend_keeps_weight_only_gemms_off_the_compute_dtype_table(ro
     assert len(w4) and len(f8)
     assert all(G["dev"]["backend"].endswith("+weight-only") for G in V._prepare(w4, 50e9, "measured"))
     assert not any(G["dev"]["backend"].endswith("+weight-only") for G in V._prepare(f8, 50e9, "measured"))
+
+
+def test_validation_without_sensitivities_keeps_the_calibrated_predictions():
+    """``study.validation(sensitivities=False)`` drops only the uncalibrated and assumed-worker
+    predictions: the same calibration and calibrated predictions as the full call."""
+    from analysis.disagg import study
+
+    full = study.validation(max_nfev=2)
+    lean = study.validation(max_nfev=2, sensitivities=False)
+    assert lean["uncalibrated"] is None and lean["assumed_workers"] is None
+    assert full["uncalibrated"] is not None and full["assumed_workers"] is not None
+    assert lean["calibration"] == full["calibration"]
+    cols = ["pred_ttft_ms", "pred_tpot_ms"]
+    assert lean["pred"][cols].equals(full["pred"][cols])

@@ -542,14 +542,17 @@ def calibrated_efficiency(cal, system="h100_sxm", backend="trtllm") -> Efficienc
                                 layer_overhead_s=float(cal.layer_overhead_s[backend]))
 
 
-def validation(max_nfev=40, backend: str = "roofline"):
+def validation(max_nfev=40, backend: str = "roofline", sensitivities: bool = True):
     """Rows, the calibration fitted on the train split, and predictions (calibrated and not), with
-    operators priced by ``backend`` (:func:`.validate.predict`: ``"roofline"`` or ``"measured"``)."""
+    operators priced by ``backend`` (:func:`.validate.predict`: ``"roofline"`` or ``"measured"``).
+    ``sensitivities=False`` leaves out the uncalibrated predictions and those of the PD runs with
+    assumed worker counts (``None``), for a caller that reads only the calibrated ones."""
     rows = V.load_rows()
     cal = V.fit(rows, split="train", max_nfev=max_nfev, backend=backend)
     pred = V.predict(rows, cal, backend=backend)
-    raw = V.predict(rows, V.Calibration(), backend=backend)
-    assumed = V.predict(V.load_rows(assume_workers=True), cal, backend=backend)
+    raw = V.predict(rows, V.Calibration(), backend=backend) if sensitivities else None
+    assumed = (V.predict(V.load_rows(assume_workers=True), cal, backend=backend) if sensitivities
+               else None)
     return {"rows": rows, "calibration": cal, "pred": pred, "uncalibrated": raw, "assumed_workers": assumed,
             "backend": backend}
 

@@ -86,7 +86,6 @@ QUANT = {  # quant mode -> the time model's weight format (analysis.forward.WEIG
     "float16": "bf16",
 }
 SYSTEMS = tuple(SYSTEM_MAP)
-M_COMPUTE_BYTES = measured._COMPUTE_BYTES  # bytes per element of a compute dtype's GEMM operands
 # The calibration fits one compute and one bandwidth efficiency per *silicon*: a GB200 (GB300) NVL72 rack's
 # GPU is the B200 (B300) die with the same HBM (data/hardware.csv; NVIDIA's GB200/GB300 NVL72 pages), so
 # its kernels reach the same fraction of each device's own peaks. Fitted apart, the GB200 and GB300
@@ -357,7 +356,7 @@ def _prepare(rows: pd.DataFrame, net_bw: float, backend: str = "roofline") -> li
                 silicon=np.array([SILICON[x] for x in g["system"]], dtype=object)),
         }
         if backend == "measured":
-            weight_only = float(np.min(wb)) < M_COMPUTE_BYTES.get(comp[0], 2.0) - 1e-9
+            weight_only = float(np.min(wb)) < measured.COMPUTE_BYTES.get(comp[0], 2.0) - 1e-9
             dev["backend"] = measured.backend_name(g["hardware"].iloc[0], framework=g["backend"].iloc[0],
                                                    weight_only=weight_only)
         out.append(
