@@ -369,6 +369,58 @@ def _divisible(ok, devices, tp, role, name, grid):
     return ok & div
 
 
+# the phase each role serves: a chunked mix of prefill and decode (colocated and AF units), prefill only,
+# decode only; a single-pool role and its split unit price their phase the same way
+PHASE = {"C": "mix", "AF": "mix", "P": "prefill", "PAF": "prefill", "D": "decode", "DAF": "decode"}
+SPLIT_ROLES = ("AF", "PAF", "DAF")
+
+
+def _phase_axes(phase: str, g: Grid, split: bool) -> dict:
+    """The configuration axes of a phase beyond the instance's size and parallelism (a split unit
+    searches every other chunk size)."""
+    if phase == "mix":
+        return {"batch": g.batches, "chunk": g.chunks[::2] if split else g.chunks}
+    if phase == "prefill":
+        return {"pbatch": g.prefill_batches, "rho": g.utilisations}
+    return {"batch": g.batches}
+
+
+def _price_phase(phase, c, run, *, s, prec, eff, wl, n_kv, tp, dp, mb, net, fits):
+    """Price one phase's candidates ``c`` (sets ``feasible`` and ``ttft`` or ``tpot``; returns the
+    requests/s of one instance or unit). ``run``: the pass time of the candidates' instance; ``n_kv``:
+    the devices its KV spreads over; ``mb``: micro-batches (each DP rank needs a sequence per
+    micro-batch); ``net``: the KV link to the other phase; ``fits(kv_bytes)``: per candidate, whether
+    weights plus that KV fit its devices."""
+    I, O = float(wl.input_tokens), float(wl.output_tokens)
+    ctx = I + O / 2.0
+    Im, Ih = float(wl.missed_tokens), float(wl.input_tokens - wl.missed_tokens)  # computed, cached
+    if phase == "mix":
+        B = c["batch"]
+        # one prompt's cached KV read from its tier by the instance's devices
+        hit = costs.kv_transfer_bytes(s, prec, Ih) / (n_kv * wl.hit_bw) if Ih > 0 else 0.0
+        tpot, f, ps, _, _ = _chunked_mix(c, run, Im, O, ctx, Ih, hit)
+        kvb = costs.kv_bytes_per_device(s, prec, seqs=B + ps, ctx=I + O, tp=tp, dp=dp)
+        c["feasible"] = (f < 1) & fits(kvb) & (B >= dp * mb)
+        return B / (O * tpot)
+    if phase == "prefill":
+        b, rho = c["pbatch"], c["rho"]
+        t = run(pre_seqs=b, pre_len=Im, pre_prefix=Ih)
+        if Ih > 0:  # the hits' KV loaded layer by layer behind the pass
+            t = t + costs.kv_transfer_exposed(s, prec, eff, seqs=b, tokens=Ih, t_pass=t, devices=n_kv,
+                                              net=wl.hit_bw / eff.link)
+        exposed = costs.kv_transfer_exposed(s, prec, eff, seqs=b, tokens=I, t_pass=t, devices=n_kv, net=net)
+        c["ttft"] = prefill_ttft(t, rho, b, exposed)
+        kvb = costs.kv_bytes_per_device(s, prec, seqs=b, ctx=I, tp=tp, dp=dp)
+        c["feasible"] = fits(kvb) & (b >= mb)
+        return rho * b / t
+    B = c["batch"]
+    t = run(dec_seqs=B, dec_ctx=ctx)
+    c["tpot"] = t
+    kvb = costs.kv_bytes_per_device(s, prec, seqs=B, ctx=I + O, tp=tp, dp=dp)
+    c["feasible"] = fits(kvb) & (B >= dp * mb)
+    return B / (O * t)
+
+
 def role_candidates(role, model, wl: Workload, hw, *, prec: Precision, eff: Efficiency, grid: Grid,
                     budget: int):
     """All candidate configurations of one role, priced: a dict of equal-length arrays with
@@ -379,22 +431,14 @@ def role_candidates(role, model, wl: Workload, hw, *, prec: Precision, eff: Effi
     Data parallelism must divide: a candidate whose instance (attention pool of a split unit) does not
     split into whole groups of ``tp`` devices (``size / tp`` not a whole number, e.g. 5 devices at TP 4)
     is skipped; a grid with no dividing candidate raises :class:`SearchError`."""
+    if role not in PHASE:
+        raise SearchError(f"unknown role {role!r}; roles: {', '.join(PHASE)}")
     s = model if isinstance(model, costs.Shape) else costs.shape(model)
-    I, O = float(wl.input_tokens), float(wl.output_tokens)
-    ctx = I + O / 2.0
-    Im, Ih = float(wl.missed_tokens), float(wl.input_tokens - wl.missed_tokens)  # computed, cached
-
-    def hit_load(devices):  # one prompt's cached KV read from its tier by the instance's devices
-        return costs.kv_transfer_bytes(s, prec, Ih) / (devices * wl.hit_bw) if Ih > 0 else 0.0
-    g = grid.limited(budget)
-    if role in ("C", "P", "D"):
+    phase, g = PHASE[role], grid.limited(budget)
+    price = functools.partial(_price_phase, phase, s=s, prec=prec, eff=eff, wl=wl)
+    if role not in SPLIT_ROLES:
         dev = _devices.device(hw, prec.compute)
-        if role == "C":
-            c = _mesh(size=g.sizes, tp=g.tps, ovl=g.overlaps, batch=g.batches, chunk=g.chunks)
-        elif role == "P":
-            c = _mesh(size=g.sizes, tp=g.tps, ovl=g.overlaps, pbatch=g.prefill_batches, rho=g.utilisations)
-        else:
-            c = _mesh(size=g.sizes, tp=g.tps, ovl=g.overlaps, batch=g.batches)
+        c = _mesh(size=g.sizes, tp=g.tps, ovl=g.overlaps, **_phase_axes(phase, g, split=False))
         ok = c["tp"] <= c["size"]
         ok = _divisible(ok, c["size"], c["tp"], role, "size", g)
         # overlap needs communication to hide: only instances larger than one device
@@ -404,49 +448,18 @@ def role_candidates(role, model, wl: Workload, hw, *, prec: Precision, eff: Effi
         dp = size / tp
         wbytes = costs.weight_bytes_per_device(s, prec, tp=tp, n=size)
         run = lambda **kw: costs.colocated_pass_time(s, prec, eff, dev, tp=tp, dp=dp, microbatches=ovl, **kw)
-        if role == "C":
-            B = c["batch"]
-            tpot, f, ps, t_mix, t_dec = _chunked_mix(c, run, Im, O, ctx, Ih, hit_load(size))
-            mem = wbytes + costs.kv_bytes_per_device(s, prec, seqs=B + ps, ctx=I + O, tp=tp, dp=dp)
-            c["feasible"] = (f < 1) & (mem <= _cap(dev, eff)) & (B >= dp * ovl)
-            rate = B / (O * tpot)
-        elif role == "P":
-            b, rho = c["pbatch"], c["rho"]
-            t = run(pre_seqs=b, pre_len=Im, pre_prefix=Ih)
-            if Ih > 0:  # the hits' KV loaded layer by layer behind the pass
-                t = t + costs.kv_transfer_exposed(s, prec, eff, seqs=b, tokens=Ih, t_pass=t, devices=size,
-                                                  net=wl.hit_bw / eff.link)
-            exposed = costs.kv_transfer_exposed(s, prec, eff, seqs=b, tokens=I, t_pass=t, devices=size,
-                                                net=dev["net"])
-            c["ttft"] = prefill_ttft(t, rho, b, exposed)
-            mem = wbytes + costs.kv_bytes_per_device(s, prec, seqs=b, ctx=I, tp=tp, dp=dp)
-            c["feasible"] = (mem <= _cap(dev, eff)) & (b >= ovl)
-            rate = rho * b / t
-        else:
-            B = c["batch"]
-            t = run(dec_seqs=B, dec_ctx=ctx)
-            c["tpot"] = t
-            mem = wbytes + costs.kv_bytes_per_device(s, prec, seqs=B, ctx=I + O, tp=tp, dp=dp)
-            c["feasible"] = (mem <= _cap(dev, eff)) & (B >= dp * ovl)
-            rate = B / (O * t)
+        rate = price(c, run, n_kv=size, tp=tp, dp=dp, mb=ovl, net=dev["net"],
+                     fits=lambda kvb: wbytes + kvb <= _cap(dev, eff))
         c["hw"] = dev["name"]  # scalar: unit_candidates turns it into an index into its device list
         return _finish(c, rate, size, size * dev["price"])
 
     # attention/FFN split units: A+F (both phases), PA+PF (prefill), DA+DF (decode)
-    if role not in ("AF", "PAF", "DAF"):
-        raise SearchError(f"unknown role {role!r}; roles: C, P, D, AF, PAF, DAF")
     ha, hf = hw
     da, df = _devices.device(ha, prec.compute), _devices.device(hf, prec.compute)
     memo = _SIDE_MEMO.get()
     mesh = None if memo is None else memo.get(("mesh", role, g, budget))
     if mesh is None:  # the configurations and weight bytes do not depend on the devices
-        base = dict(n_a=g.sizes, tp=g.tps, n_f=g.sizes, m=g.microbatches)
-        if role == "AF":
-            c = _mesh(**base, batch=g.batches, chunk=g.chunks[::2])
-        elif role == "PAF":
-            c = _mesh(**base, pbatch=g.prefill_batches, rho=g.utilisations)
-        else:
-            c = _mesh(**base, batch=g.batches)
+        c = _mesh(n_a=g.sizes, tp=g.tps, n_f=g.sizes, m=g.microbatches, **_phase_axes(phase, g, split=True))
         ok = (c["tp"] <= c["n_a"]) & (c["n_a"] + c["n_f"] <= budget)
         ok = _divisible(ok, c["n_a"], c["tp"], role, "n_a", g)
         c = {k: v[ok] for k, v in c.items()}
@@ -461,31 +474,8 @@ def role_candidates(role, model, wl: Workload, hw, *, prec: Precision, eff: Effi
     dp = n_a / tp
     run = lambda **kw: _split_step(s, prec, eff, da, df, tp=tp, n_a=n_a, n_f=n_f, m=m,
                                    scaleup=g.af_over_scaleup, **kw)
-    if role == "AF":
-        B = c["batch"]
-        tpot, f, ps, t_mix, t_dec = _chunked_mix(c, run, Im, O, ctx, Ih, hit_load(n_a))
-        kvb = costs.kv_bytes_per_device(s, prec, seqs=B + ps, ctx=I + O, tp=tp, dp=dp)
-        c["feasible"] = (f < 1) & (wa + kvb <= _cap(da, eff)) & (wf <= _cap(df, eff)) & (B >= dp * m)
-        rate = B / (O * tpot)
-    elif role == "PAF":
-        b, rho = c["pbatch"], c["rho"]
-        t = run(pre_seqs=b, pre_len=Im, pre_prefix=Ih)
-        if Ih > 0:
-            t = t + costs.kv_transfer_exposed(s, prec, eff, seqs=b, tokens=Ih, t_pass=t, devices=n_a,
-                                              net=wl.hit_bw / eff.link)
-        exposed = costs.kv_transfer_exposed(s, prec, eff, seqs=b, tokens=I, t_pass=t, devices=n_a,
-                                            net=da["net"])
-        c["ttft"] = prefill_ttft(t, rho, b, exposed)
-        kvb = costs.kv_bytes_per_device(s, prec, seqs=b, ctx=I, tp=tp, dp=dp)
-        c["feasible"] = (wa + kvb <= _cap(da, eff)) & (wf <= _cap(df, eff)) & (b >= m)
-        rate = rho * b / t
-    else:
-        B = c["batch"]
-        t = run(dec_seqs=B, dec_ctx=ctx)
-        c["tpot"] = t
-        kvb = costs.kv_bytes_per_device(s, prec, seqs=B, ctx=I + O, tp=tp, dp=dp)
-        c["feasible"] = (wa + kvb <= _cap(da, eff)) & (wf <= _cap(df, eff)) & (B >= dp * m)
-        rate = B / (O * t)
+    rate = price(c, run, n_kv=n_a, tp=tp, dp=dp, mb=m, net=da["net"],
+                 fits=lambda kvb: (wa + kvb <= _cap(da, eff)) & (wf <= _cap(df, eff)))
     c["hw_a"], c["hw_f"] = da["name"], df["name"]
     c["dollars_a"] = n_a * da["price"]  # the attention pool's share of the unit's price
     return _finish(c, rate, n_a + n_f, n_a * da["price"] + n_f * df["price"])
