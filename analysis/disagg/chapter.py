@@ -14,7 +14,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from .. import cache, claims, data, measured, report, specs
+from .. import cache, claims, data, measured, report
 from .. import forward as costs
 from . import des, devices, study
 from . import search as S
@@ -805,43 +805,8 @@ def attention_frames(sweep: pd.DataFrame, abl: pd.DataFrame, *, models, ratios, 
     return bd, ab
 
 
-def ablation_at(base_model, ratios, output_tokens, *, gpu, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s,
-                budget, precision, af_over_scaleup, eff=None, backend: str = "roofline") -> pd.DataFrame:
-    """:func:`.study.ablation` (the same variants: routed experts per token and KV heads) with every cell
-    priced at the efficiencies ``eff`` (None: the stated ones, as :func:`.study.ablation`) by ``backend``
-    (``"measured"``: the GPU's kernel tables, :func:`.study.measured_hardware`): claim (c)'s ablation
-    is computed here, at its declared default and ends."""
-    study._check_backend(backend)
-    m = specs.model(base_model)
-    variants = []
-    if m.is_moe:
-        for k in sorted({1, 2, 4, 8, 16, 32, m.moe_active}):
-            if k <= m.moe_experts:
-                variants.append(("active experts", k, m.replace(name=f"{m.name} k={k}", moe_active=k)))
-    for kvh in sorted({1, 4, 16, m.n_kv_heads, m.n_heads}):
-        if m.n_heads % kvh == 0 and m.attention != "mla":
-            att = "mha" if kvh == m.n_heads else "gqa"
-            variants.append(("KV heads", kvh, m.replace(name=f"{m.name} kv={kvh}", n_kv_heads=kvh,
-                                                        attention=att)))
-    kw = {} if eff is None else {"eff": eff}
-    rows = []
-    hw = S.default_hardware(gpu)
-    hw = study.measured_hardware(hw, precision) if backend == "measured" else hw
-    for axis, val, spec in variants:
-        for r in ratios:
-            wl = S.Workload(max(1.0, round(r * output_tokens)), output_tokens)
-            slo = study.slo_for(wl.input_tokens, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s)
-            share = study.attention_share(spec, wl.input_tokens, wl.output_tokens, gpu, precision)
-            for row in study.run_cell(spec, gpu, hw, wl, slo, budget=budget, precision=precision,
-                                      objective="device", grid=study.gpu_grid(af_over_scaleup),
-                                      enforce_context=False, **kw):
-                row.update(axis=axis, value=val, ratio=r, attention_share=share)
-                rows.append(row)
-    return study.add_speedup(pd.DataFrame(rows), ["model", "ratio"])
-
-
 def ablation_inputs(inputs: dict, *, base_model, ratios, gpu) -> dict:
-    """The arguments of :func:`ablation_at` (and :func:`.study.ablation`) from :func:`sweep_inputs`."""
+    """The arguments of :func:`.study.ablation` from :func:`sweep_inputs`."""
     return dict(base_model=base_model, ratios=list(ratios), output_tokens=inputs["output_tokens"], gpu=gpu,
                 ttft_slo_s=inputs["ttft_slo_s"], ttft_slo_s_per_1k_input=inputs["ttft_slo_s_per_1k_input"],
                 tpot_slo_s=inputs["tpot_slo_s"], budget=inputs["budget"], precision=inputs["precision"],

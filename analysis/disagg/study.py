@@ -248,9 +248,13 @@ def add_speedup(df, keys):
 
 
 def ablation(base_model, ratios, output_tokens, *, gpu, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s,
-             budget, precision, af_over_scaleup) -> pd.DataFrame:
+             budget, precision, af_over_scaleup, eff: Efficiency | None = None,
+             backend: str = "roofline") -> pd.DataFrame:
     """Attention-vs-FFN intensity ablation on one architecture: routed experts per token (FFN
-    density) and KV heads (attention density, up to MHA), across input/output ratios."""
+    density) and KV heads (attention density, up to MHA), across input/output ratios, every cell priced
+    at the efficiencies ``eff`` (None: the stated ones) by ``backend`` (``"measured"``: the GPU's kernel
+    tables, :func:`measured_hardware`)."""
+    _check_backend(backend)
     m = specs.model(base_model)
     variants = []
     if m.is_moe:
@@ -262,15 +266,18 @@ def ablation(base_model, ratios, output_tokens, *, gpu, ttft_slo_s, ttft_slo_s_p
             att = "mha" if kvh == m.n_heads else "gqa"
             variants.append(("KV heads", kvh, m.replace(name=f"{m.name} kv={kvh}", n_kv_heads=kvh,
                                                         attention=att)))
+    kw = {} if eff is None else {"eff": eff}
     rows = []
     hw = S.default_hardware(gpu)
+    hw = measured_hardware(hw, precision) if backend == "measured" else hw
     for axis, val, spec in variants:
         for r in ratios:
             wl = S.Workload(max(1.0, round(r * output_tokens)), output_tokens)
             slo = slo_for(wl.input_tokens, ttft_slo_s, ttft_slo_s_per_1k_input, tpot_slo_s)
             share = attention_share(spec, wl.input_tokens, wl.output_tokens, gpu, precision)
             for row in run_cell(spec, gpu, hw, wl, slo, budget=budget, precision=precision,
-                                objective="device", grid=gpu_grid(af_over_scaleup), enforce_context=False):
+                                objective="device", grid=gpu_grid(af_over_scaleup), enforce_context=False,
+                                **kw):
                 row.update(axis=axis, value=val, ratio=r, attention_share=share)
                 rows.append(row)
     return add_speedup(pd.DataFrame(rows), ["model", "ratio"])
