@@ -705,26 +705,21 @@ def main_missing_reason(main) -> str | None:
     )
 
 
-def main_view(main, n_boot: int, seed: int, genre_labels: dict) -> dict:
-    """Everything the chapter shows of the main comparison at long context: the ledger's two
-    verdicts, the rule table and its forest plot's input, the per-scope tables, the budget trend and
-    the glue rows (``glue``). Without a fresh main comparison the verdicts are None and every glued
-    value says why."""
-    why = main_missing_reason(main)
-    if why is not None:
-        glue = [(k, f"not computed ({why})", None) for k in MAIN_GLUE]
-        glue[0] = ("ch4_main_units", "none", None)
-        glue[7] = ("ch4_main_trend_count", f"none (not computed: {why})", None)
-        glue[8] = ("ch4_ledger_scope", f"the default run above ({why})", None)
-        return dict(glue=glue, v_drift=None, v_qevict=None)
-    sm, dm = main["summary"], main["drift"]
-    units = sm.document.nunique()
-    base = baselines(sm.policy.unique())
+def _missing_main_glue(why: str) -> list:
+    """The glue rows of :data:`MAIN_GLUE` when the main comparison is not there: each says why."""
+    said = {"ch4_main_units": "none", "ch4_main_trend_count": f"none (not computed: {why})",
+            "ch4_ledger_scope": f"the default run above ({why})"}
+    return [(k, said.get(k, f"not computed ({why})"), None) for k in MAIN_GLUE]
+
+
+def _main_qevict(sm, base) -> tuple:
+    """QEvict-recall against the baselines: the ledger's verdict (checked against the rule's), the
+    rule table and its outcome counts in words."""
     share, vq, rm = qevict_value(sm, "qevict_recall", base)
     v_qc = claims.evaluate(
         "ch4_qevict_three_tiers",
         share,
-        missing=missing_documents(units, QEVICT_RULE["min_docs"]),
+        missing=missing_documents(sm.document.nunique(), QEVICT_RULE["min_docs"]),
         recompute=qevict_recompute(sm, "qevict_recall", base),
     )
     if not (v_qc.verdict == vq or vq.startswith("not testable")):
@@ -734,10 +729,12 @@ def main_view(main, n_boot: int, seed: int, genre_labels: dict) -> dict:
         f"{c['better']} better, {c['not worse']} not worse, {c['worse']} worse and {c['unclear']} unclear "
         f"of {len(rm)} pairs"
     )
-    dvm = drift_rule_verdict(dm.miss_rel_excess.values, n_boot, seed)  # the secondary statistic
-    dpm = drift_primary(dm, n_boot, seed)
-    # the committed runs hold no attention: the top-share ends from drift_ends, the block ends not assessed
-    v_drift = drift_verdict(dm, dpm, n_boot, seed, drift_ends_at(dm, main["drift_ends"]))
+    return v_qc, rm, counts
+
+
+def _main_scope_tables(sm, dm, base, genre_labels: dict, n_boot: int, seed: int) -> dict:
+    """Per (model, genre): QEvict-recall's outcome counts and verdict, the primary drift statistic and
+    the relative drift excess, with the chapter's column names."""
     qt, qx = qevict_by_scope(sm, "qevict_recall", base, genre_labels)
     qt["verdict (declared rule)"] = rule_labels(qx, list(zip(qt.model, qt.genre)))
     qt = qt.drop(columns="share").rename(
@@ -751,7 +748,6 @@ def main_view(main, n_boot: int, seed: int, genre_labels: dict) -> dict:
     )
     pscope = drift_primary_scope(dm, genre_labels, n_boot, seed).rename(
         columns={"scope": "genre", "units": "units (count)"})
-    p_cols = [c for c in pscope.columns if c not in ("model", "genre", "units (count)")]
     ex_cols = ["relative excess (mean, %)", "95% interval low (%)", "95% interval high (%)"]
     dscope = drift_by_scope(dm, genre_labels, n_boot, seed).rename(
         columns={
@@ -763,6 +759,27 @@ def main_view(main, n_boot: int, seed: int, genre_labels: dict) -> dict:
             "verdict": "verdict (declared rule)",
         }
     )
+    p_cols = [c for c in pscope.columns if c not in ("model", "genre", "units (count)")]
+    return dict(by_scope=qt, drift_scope=dscope, drift_columns=ex_cols, drift_primary_scope=pscope,
+                drift_primary_columns=p_cols)
+
+
+def main_view(main, n_boot: int, seed: int, genre_labels: dict) -> dict:
+    """Everything the chapter shows of the main comparison at long context: the ledger's two
+    verdicts, the rule table and its forest plot's input, the per-scope tables, the budget trend and
+    the glue rows (``glue``). Without a fresh main comparison the verdicts are None and every glued
+    value says why."""
+    why = main_missing_reason(main)
+    if why is not None:
+        return dict(glue=_missing_main_glue(why), v_drift=None, v_qevict=None)
+    sm, dm = main["summary"], main["drift"]
+    units = sm.document.nunique()
+    base = baselines(sm.policy.unique())
+    v_qc, rm, counts = _main_qevict(sm, base)
+    dvm = drift_rule_verdict(dm.miss_rel_excess.values, n_boot, seed)  # the secondary statistic
+    dpm = drift_primary(dm, n_boot, seed)
+    # the committed runs hold no attention: the top-share ends from drift_ends, the block ends not assessed
+    v_drift = drift_verdict(dm, dpm, n_boot, seed, drift_ends_at(dm, main["drift_ends"]))
     lg = lir_gain_correlation(sm, dm.set_index("document").global_lir_observed, n_boot=n_boot, seed=seed)
     trend, trend_count = budget_trend_table(sm, ("mikv", "qevict_dequant", "qevict_recall"), names_of(sm))
     models = " and ".join(main["models"])
@@ -809,11 +826,7 @@ def main_view(main, n_boot: int, seed: int, genre_labels: dict) -> dict:
         units=units,
         rules=rm,
         labels=names_of(sm),
-        by_scope=qt,
-        drift_scope=dscope,
-        drift_columns=ex_cols,
-        drift_primary_scope=pscope,
-        drift_primary_columns=p_cols,
+        **_main_scope_tables(sm, dm, base, genre_labels, n_boot, seed),
         trend=trend,
         claim_drift=claim_drift,
         claim_qevict=claim_qevict,
