@@ -705,41 +705,12 @@ def best_plan(mode, model, wl: Workload, slo: SLO, hardware: dict, *, budget: in
                 raise SearchError("objective 'dollar' needs a price for every device; "
                                   "data/hardware.csv or data/npu_design_points.csv lacks one")
     n_total = sum(len(c["rate"]) for c in cands)
-    best_idx, why = [], []
-    for (unit, _), c in zip(MODE_UNITS[mode], cands):
-        ok = c["feasible"] & np.isfinite(c[key])
-        if not ok.any():
-            why.append(f"unit {unit}: no configuration fits in device memory within {budget} devices")
-        if "ttft" in c:
-            ok2 = ok & (c["ttft"] <= slo.ttft_s)
-            if ok.any() and not ok2.any():
-                why.append(f"unit {unit}: TTFT SLO {slo.ttft_s*1e3:.0f} ms unmet (best feasible "
-                           f"{np.nanmin(np.where(ok, c['ttft'], np.nan))*1e3:.0f} ms)")
-            ok = ok2
-        if "tpot" in c:
-            ok2 = ok & (c["tpot"] <= slo.tpot_s)
-            if ok.any() and not ok2.any():
-                why.append(f"unit {unit}: TPOT SLO {slo.tpot_s*1e3:.1f} ms unmet (best feasible "
-                           f"{np.nanmin(np.where(ok, c['tpot'], np.nan))*1e3:.1f} ms)")
-            ok = ok2
-        if not ok.any():
-            best_idx.append(None)
-            continue
-        # best cost per instance size, then combine sizes within the budget
-        best_idx.append(ok)
-    if any(b is None for b in best_idx):
-        return Plan(mode, False, "; ".join(why) or "no feasible configuration", candidates=n_total)
-    # per unit: for each distinct instance size, the cheapest feasible candidate
-    per_unit = []
-    for c, ok in zip(cands, best_idx):
-        idx = np.flatnonzero(ok)
-        if _top <= 1:
-            per_unit.append((_cheapest_per_size(idx, c["devices"][idx], c[key][idx]), c))
-            continue
-        order = idx[np.lexsort((c[key][idx], c["devices"][idx]))]
-        dv = c["devices"][order]
-        rank = np.arange(len(dv)) - np.searchsorted(dv, dv, side="left")  # rank within its instance size
-        per_unit.append((order[rank < max(_top, 1)], c))
+    oks, why = zip(*[_slo_feasible(c, unit, slo, key, budget)
+                     for (unit, _), c in zip(MODE_UNITS[mode], cands)])
+    if not all(ok.any() for ok in oks):
+        return Plan(mode, False, "; ".join(w for w in why if w) or "no feasible configuration",
+                    candidates=n_total)
+    per_unit = [(_unit_choices(c, ok, key, _top), c) for c, ok in zip(cands, oks)]
     if not whole_instances and not _top:
         return _best_rate_matched(mode, per_unit, key, budget, wl, n_total, grid, s)
     combos = []
@@ -766,6 +737,36 @@ def best_plan(mode, model, wl: Workload, slo: SLO, hardware: dict, *, budget: in
     warn_edges(f"the best {mode} plan ({plan.tokens_per_s_per_device:,.4g} tokens/s per device)", plan.edges,
                grid.limited(budget), budget)
     return plan
+
+
+def _slo_feasible(c, unit, slo: SLO, key: str, budget: int):
+    """The candidates of one unit that fit, have a finite cost and meet the SLOs their role bears (TTFT for
+    a role that prefills, TPOT for one that decodes), and why none does ('' when some do)."""
+    ok = c["feasible"] & np.isfinite(c[key])
+    if not ok.any():
+        return ok, f"unit {unit}: no configuration fits in device memory within {budget} devices"
+    for metric, limit, scale, fmt in (("ttft", slo.ttft_s, 1e3, ".0f"), ("tpot", slo.tpot_s, 1e3, ".1f")):
+        if metric not in c:
+            continue
+        met = ok & (c[metric] <= limit)
+        if not met.any():
+            best = np.nanmin(np.where(ok, c[metric], np.nan))
+            return met, (f"unit {unit}: {metric.upper()} SLO {limit * scale:{fmt}} ms unmet (best feasible "
+                         f"{best * scale:{fmt}} ms)")
+        ok = met
+    return ok, ""
+
+
+def _unit_choices(c, ok, key: str, top: int):
+    """The candidates of a unit worth combining: per distinct instance size the cheapest feasible one, or
+    with ``top`` > 1 the ``top`` cheapest of each size."""
+    idx = np.flatnonzero(ok)
+    if top <= 1:
+        return _cheapest_per_size(idx, c["devices"][idx], c[key][idx])
+    order = idx[np.lexsort((c[key][idx], c["devices"][idx]))]
+    dv = c["devices"][order]
+    rank = np.arange(len(dv)) - np.searchsorted(dv, dv, side="left")  # rank within its instance size
+    return order[rank < top]
 
 
 def _cheapest_per_size(idx, devices, cost):
