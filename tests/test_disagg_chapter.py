@@ -527,9 +527,25 @@ def test_pd_gain_at_slo_ends_runs_the_sweep_at_each_declared_end(monkeypatch):
 
 
 def test_chapter_verdicts_in_the_ledger_order():
-    v = chapter.chapter_verdicts({"a": 1, "b": 2, "c": 3}, {"s3": 4, "dsv3": 5, "order": 6},
-                                 {"ms": 7, "ds": 8})
-    assert v == [1, 2, 3, 4, 5, 6, 7, 8]
+    v = chapter.chapter_verdicts({"a": 1, "b": 2, "c": 3}, {"s3": 4, "dsv3": 5, "order": 6, "order_dsv3": 7},
+                                 {"ms": 8, "ds": 9})
+    assert v == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    # the ledger's order is data/claims.yaml's: chapter 3's claims in the order the chapter lists them
+    from analysis import claims
+    ids = [c for c, r in claims.table().items() if r["chapter"] == "03_disagg"]
+    assert ids.index("ch3_val_step3_order") + 1 == ids.index("ch3_val_step3_over_dsv3")
+
+
+def test_stepfun_orderings_are_judged_from_the_cells():
+    """The ordering StepFun measured (Step-3's AFD over DeepSeek-V3's EP decode) and the one it argues
+    (over Step-3's own EP decode) read the three cells, each at the calibrated and stated efficiencies."""
+    prod = pd.DataFrame({"model": ["Step-3", "DeepSeek-V3", "Step-3"], "mode": ["AFD", "D", "D"],
+                         "simulated": [3000.0, 2000.0, 3500.0], "raw": [1500.0, 2000.0, 1000.0]})
+    v = chapter.production_verdicts(prod.assign(published=[4039.0, 2324.0, float("nan")]))
+    from analysis import claims
+    assert v["order_dsv3"].verdict == claims.REPRODUCED  # 3,000 over 2,000
+    assert v["order"].verdict == claims.NOT_REPRODUCED  # 3,000 under 3,500
+    assert v["order_dsv3"].computed == {"Step-3 AFD": 3000.0, "DeepSeek-V3 EP decode": 2000.0}
 
 
 def test_edge_table_counts_the_feasible_best_plans_per_mode_and_edge():

@@ -42,9 +42,9 @@ def test_every_row_by_backend_and_overlap_without_warnings(monkeypatch, recwarn)
     calls = _fake(monkeypatch)
     t = R.revalidation_table(seeds=3)
     assert [w for w in recwarn.list if issubclass(w.category, S.GridEdgeWarning)] == []
-    # 2 backends x 2 overlaps x (2 StepFun cells + ordering + 2 MegaScale models x (gain + both sides'
-    # throughputs against Figure 8's bars)) + 3 draws + the means
-    assert len(t) == 2 * 2 * (3 + 2 * 3) + 3 + 1
+    # 2 backends x 2 overlaps x (2 StepFun cells + the ordering StepFun measured + the one it argues + 2
+    # MegaScale models x (gain + both sides' throughputs against Figure 8's bars)) + 3 draws + the means
+    assert len(t) == 2 * 2 * (4 + 2 * 3) + 3 + 1
     assert set(t["backend"]) == {"roofline", "measured"}
     assert {c[3] for c in calls["decode"]} == {"roofline", "measured"}
     assert sorted({c[4] for c in calls["decode"]}) == sorted({S.Efficiency().overlap, 1.0})
@@ -59,8 +59,15 @@ def test_errors_and_targets(monkeypatch):
     dsv3 = t[t["row"].str.contains("DeepSeek-V3")].iloc[0]
     assert dsv3["published"] == pub and dsv3["error"] == pytest.approx(0.3)
     assert not dsv3["target_met"]  # 30% above: outside the +-25% band
+    # StepFun's argument: Step-3's AFD over its own EP decode (the fakes: 0.8x)
+    argued = t[t["kind"] == R.ARGUED].iloc[0]
+    assert argued["simulated"] == pytest.approx(0.8) and not argued["target_met"]
+    assert math.isnan(argued["error"])
+    # the ordering StepFun measured: Step-3's AFD (3,000 x 0.8) over DeepSeek-V3's EP decode (30% above 2,324)
     order = t[t["kind"] == "ordering"].iloc[0]
-    assert order["simulated"] == pytest.approx(0.8) and not order["target_met"] and math.isnan(order["error"])
+    assert order["row"] == "StepFun ordering: Step-3 AFD / DeepSeek-V3 EP decode"
+    assert order["simulated"] == pytest.approx(2400 / (pub * 1.3)) and not order["target_met"]
+    assert "4,039 > 2,324" in order["published_text"]
     ms_pub = data.published("megascale_infer_gain_vs_trtllm_mixtral_dbrx")["value"]
     ms = t[t["kind"] == "gain"]
     assert len(ms) == 2 and ms["error"].tolist() == pytest.approx([0.7 / ms_pub - 1] * 2)
@@ -73,22 +80,24 @@ def test_errors_and_targets(monkeypatch):
 def test_ordering_right_when_afd_beats_decode(monkeypatch):
     _fake(monkeypatch, afd_over_d=1.2)
     t = R.revalidation_table(seeds=1, backends=("measured",), overlaps=(1.0,))
-    assert t[t["kind"] == "ordering"]["target_met"].all()
+    assert t[t["kind"].isin(R.ORDER_KINDS)]["target_met"].all() and len(t[t["kind"].isin(R.ORDER_KINDS)]) == 2
 
 
 def test_values_are_worded_from_the_table(monkeypatch):
     _fake(monkeypatch, afd_over_d=0.8, ms_gain=0.64, ds=(4.8, 3.8, 3.9), ds_means=1.9)
     t = R.revalidation_table(seeds=3)
     v = R.revalidation_values(t)
-    assert v["ch3_reval_order_right"] == "0 of 4" and v["ch3_reval_backends"] == "roofline and measured"
-    assert v["ch3_reval_order_ratio"] == "0.80x"
+    # the fakes: Step-3's AFD 2,400 over DeepSeek-V3's 2,324 (right), 0.8x of its own EP decode (argued)
+    assert v["ch3_reval_order_right"] == "4 of 4" and v["ch3_reval_backends"] == "roofline and measured"
+    assert v["ch3_reval_pub_order_ratio"] == f"{2400 / 2324:.2f}x"
+    assert v["ch3_reval_argued_right"] == "0 of 4" and v["ch3_reval_order_ratio"] == "0.80x"
     ms_pub = data.published("megascale_infer_gain_vs_trtllm_mixtral_dbrx")["value"]
     assert v["ch3_reval_ms_needed"] == f"{ms_pub / 0.64:.1f}x"
     assert v["ch3_reval_ds_gain"] == "3.8x to 4.8x" and v["ch3_reval_ds_inside"] == "2 of 3"
     assert v["ch3_reval_ds_means"] == "1.90x" and v["ch3_reval_ds_requests"] == "600"
     assert v["ch3_reval_ds_tail"] == f"{round(600 * (1 - P.ATTAINMENT)):,}"
-    n_valued = int((t["kind"] != "ordering").sum())
-    assert v["ch3_reval_within"] == f"{int(t.loc[t['kind'] != 'ordering', 'target_met'].sum())} of {n_valued}"
+    valued = ~t["kind"].isin(R.ORDER_KINDS)
+    assert v["ch3_reval_within"] == f"{int(t.loc[valued, 'target_met'].sum())} of {int(valued.sum())}"
     assert R.display(t) is not None
 
 

@@ -297,16 +297,21 @@ def _stated_or(row):
 
 def production_verdicts(prod: pd.DataFrame) -> dict:
     """The StepFun cells under their declared rules (``ch3_val_step3_afd``, ``ch3_val_dsv3_decode``,
-    ``ch3_val_step3_order``), robustness between the stated and the calibrated efficiencies."""
+    ``ch3_val_step3_order``: Step-3's AFD over its own EP decode, StepFun's argument;
+    ``ch3_val_step3_over_dsv3``: Step-3's AFD over DeepSeek-V3's EP decode, the ordering StepFun
+    measured), robustness between the stated and the calibrated efficiencies."""
     s3a, dsv3, s3d = _prod_cells(prod)
 
-    def order(name, val):
-        col = "raw" if val == "stated" else "simulated"
-        return {"AFD": s3a[col], "D": s3d[col]}
+    def ordered(first, first_name, second, second_name):
+        def scores(col):
+            return {first_name: first[col], second_name: second[col]}
+        return scores("simulated"), lambda name, val: scores("raw" if val == "stated" else "simulated")
+    own, own_re = ordered(s3a, "AFD", s3d, "D")
+    vs_dsv3, vs_dsv3_re = ordered(s3a, "Step-3 AFD", dsv3, "DeepSeek-V3 EP decode")
     return {"s3": claims.evaluate("ch3_val_step3_afd", s3a["simulated"], recompute=_stated_or(s3a)),
             "dsv3": claims.evaluate("ch3_val_dsv3_decode", dsv3["simulated"], recompute=_stated_or(dsv3)),
-            "order": claims.evaluate("ch3_val_step3_order", {"AFD": s3a["simulated"], "D": s3d["simulated"]},
-                                     recompute=order)}
+            "order": claims.evaluate("ch3_val_step3_order", own, recompute=own_re),
+            "order_dsv3": claims.evaluate("ch3_val_step3_over_dsv3", vs_dsv3, recompute=vs_dsv3_re)}
 
 
 def production_values(prod: pd.DataFrame, eff_cal, verdicts: dict) -> dict:
@@ -332,6 +337,9 @@ def production_values(prod: pd.DataFrame, eff_cal, verdicts: dict) -> dict:
             "ch3_prod_tol": (claims.rule("ch3_val_step3_afd")["tolerance"], PCT),
             "ch3_prod_verdict_s3": v_s3, "ch3_prod_verdict_dsv3": v_dsv3,
             "ch3_prod_verdict_order": verdicts["order"], "ch3_prod_reading": reading,
+            "ch3_prod_verdict_order_dsv3": verdicts["order_dsv3"],
+            "ch3_prod_s3_over_dsv3": (s3a["simulated"] / dsv3["simulated"], "{:.2f}x"),
+            "ch3_prod_s3_over_dsv3_pub": (s3a["published"] / dsv3["published"], "{:.2f}x"),
             "ch3_prod_s3_d_edge": ("at the edge of the grid (largest batch)" if s3d["grid_edge"]
                                    else "inside the grid"),
             "ch3_dsv3_batch": (dcfg.get("batch", float("nan")), INT),
@@ -934,9 +942,10 @@ def measured_sweep(inputs: dict, eff, roofline_sweep: pd.DataFrame) -> pd.DataFr
 
 def chapter_verdicts(verdicts: dict, prod_verdicts: dict, gain_verdicts: dict) -> list:
     """The chapter's verdicts in the ledger's order: claims (a), (b), (c), then the production
-    claims (Step-3, DeepSeek-V3, their order) and the gain claims (MegaScale-Infer, DistServe)."""
+    claims (Step-3, DeepSeek-V3, Step-3's AFD over its EP decode, Step-3's AFD over DeepSeek-V3) and the
+    gain claims (MegaScale-Infer, DistServe)."""
     return [verdicts["a"], verdicts["b"], verdicts["c"], prod_verdicts["s3"], prod_verdicts["dsv3"],
-            prod_verdicts["order"], gain_verdicts["ms"], gain_verdicts["ds"]]
+            prod_verdicts["order"], prod_verdicts["order_dsv3"], gain_verdicts["ms"], gain_verdicts["ds"]]
 
 
 BACKEND_ALTS = ("roofline (calibrated)", "roofline (stated)")  # claims (a)-(c)'s 'backend' alternatives
