@@ -11,14 +11,16 @@ from analysis.disagg import search as S
 
 
 def _fake(monkeypatch, afd_over_d=0.8, dsv3=2324.0, ms_gain=0.7, ds=(4.8, 3.8, 3.9), ds_means=1.9,
-          ms_d=1000.0):
+          ms_d=1000.0, ms_paper=None):
     """Stand-ins for the pricing functions (each warns of a grid edge, as the real ones do)."""
     calls = {"decode": [], "distserve": []}
 
     def decode(model, device, mode, **kw):
         calls["decode"].append((model, device, mode, kw["backend"], kw["eff"].overlap))
         warnings.warn(S.GridEdgeWarning(f"{model} {mode} at an edge"))
-        if device.startswith("A800"):  # MegaScale-Infer
+        if device.startswith("A800") and kw.get("grid") is not None and kw["grid"].tps == (8,):
+            v = ms_d if ms_paper is None else ms_paper  # the baseline as the paper describes TensorRT-LLM
+        elif device.startswith("A800"):  # MegaScale-Infer
             v = ms_d * (ms_gain if mode == "AFD" else 1.0)
         elif model == "DeepSeek-V3":
             v = dsv3
@@ -43,8 +45,9 @@ def test_every_row_by_backend_and_overlap_without_warnings(monkeypatch, recwarn)
     t = R.revalidation_table(seeds=3)
     assert [w for w in recwarn.list if issubclass(w.category, S.GridEdgeWarning)] == []
     # 2 backends x 2 overlaps x (2 StepFun cells + the ordering StepFun measured + the one it argues + 2
-    # MegaScale models x (gain + both sides' throughputs against Figure 8's bars)) + 3 draws + the means
-    assert len(t) == 2 * 2 * (4 + 2 * 3) + 3 + 1
+    # MegaScale models x (gain + both sides' throughputs against Figure 8's bars + the baseline as the paper
+    # describes it and AFD over it)) + 3 draws + the means
+    assert len(t) == 2 * 2 * (4 + 2 * 5) + 3 + 1
     assert set(t["backend"]) == {"roofline", "measured"}
     assert {c[3] for c in calls["decode"]} == {"roofline", "measured"}
     assert sorted({c[4] for c in calls["decode"]}) == sorted({S.Efficiency().overlap, 1.0})
@@ -97,7 +100,7 @@ def test_values_are_worded_from_the_table(monkeypatch):
     assert v["ch3_reval_ds_gain"] == "3.8x to 4.8x" and v["ch3_reval_ds_inside"] == "2 of 3"
     assert v["ch3_reval_ds_means"] == "1.90x" and v["ch3_reval_ds_requests"] == "600"
     assert v["ch3_reval_ds_tail"] == f"{round(600 * (1 - P.ATTAINMENT)):,}"
-    valued = ~t["kind"].isin(R.ORDER_KINDS)
+    valued = ~t["kind"].isin(R.ORDER_KINDS + (R.DIAGNOSIS,))
     assert v["ch3_reval_within"] == f"{int(t.loc[valued, 'target_met'].sum())} of {int(valued.sum())}"
     assert R.display(t) is not None
 
@@ -283,3 +286,31 @@ def test_bound_values_lift_only_a_pinned_efficiency():
     assert out["ch3_reval_bound_relaxed"].startswith("compute/h200_sxm ")
     assert float(out["ch3_reval_bound_relaxed"].split()[-1]) <= R.RELAX_TO
     assert "runs)" in out["ch3_reval_bound_pull"] or out["ch3_reval_bound_pull"] == "no group over-predicted"
+
+
+def test_megascale_baseline_as_the_paper_describes_it(monkeypatch):
+    """The diagnosis rows price the EP-decode baseline tensor-parallel over the node with one micro-batch
+    (production.ms_paper_baseline), against TensorRT-LLM's bar and under AFD; they are never counted with
+    the declared rows, and the reading follows whether every such baseline is within the band."""
+    trt = data.published("megascale_infer_fig8_trtllm_tps_mixtral")["value"]
+    # the searched baseline 1,600 tokens/s per GPU, the paper's at Mixtral's bar (DBRX's bar is higher)
+    _fake(monkeypatch, ms_gain=0.7, ms_d=1600.0, ms_paper=trt)
+    t = R.revalidation_table(seeds=1, backends=("roofline",), overlaps=(1.0,))
+    diag = t[t["kind"] == R.DIAGNOSIS]
+    assert len(diag) == 4  # 2 models x (baseline, AFD over it)
+    mix = diag[diag["row"].str.startswith("MegaScale-Infer Mixtral-8x22B: EP decode as the paper")].iloc[0]
+    assert mix["simulated"] == trt and mix["error"] == pytest.approx(0.0) and mix["target_met"]
+    gain = diag[diag["row"] == "MegaScale-Infer Mixtral-8x22B: AFD / EP decode as the paper describes "
+                              "TensorRT-LLM"].iloc[0]
+    assert gain["simulated"] == pytest.approx(1600.0 * 0.7 / trt)
+    v = R.revalidation_values(t)
+    dbrx = data.published("megascale_infer_fig8_trtllm_tps_dbrx")["value"]
+    assert v["ch3_reval_ms_paper_error"] == f"{trt / dbrx - 1:+.0%} to +0%"
+    assert v["ch3_reval_ms_paper_within"] == "2 of 2"
+    assert v["ch3_reval_ms_paper_reading"].startswith("so the searched baseline's attention data parallelism")
+    declared = t[~t["kind"].isin(R.ORDER_KINDS + (R.DIAGNOSIS,))]
+    assert v["ch3_reval_within"] == f"{int(declared['target_met'].sum())} of {len(declared)}"
+    _fake(monkeypatch, ms_gain=0.7, ms_d=1600.0, ms_paper=2 * trt)  # far above the bar
+    v = R.revalidation_values(R.revalidation_table(seeds=1, backends=("roofline",), overlaps=(1.0,)))
+    assert v["ch3_reval_ms_paper_within"].startswith("0 of")
+    assert v["ch3_reval_ms_paper_reading"].startswith("so how the paper's TensorRT-LLM was parallelised")

@@ -8,6 +8,8 @@ GPU within the budget and keeps the best one that meets the TPOT SLO.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from .. import forward as costs
@@ -119,6 +121,24 @@ def afd_gain(model, setting: dict, *, tpot_slo_s: float, eff: Efficiency = Effic
     r = {m: decode_throughput(model, setting["gpu"], m, precision="bf16", budget=gpus[m], context=ctx,
                               tpot_slo_s=tpot_slo_s, eff=eff, backend=backend) for m in ("D", "AFD")}
     return r["AFD"]["tokens_per_s_per_device"] / r["D"]["tokens_per_s_per_device"], r
+
+# MegaScale-Infer's baselines as its section 7.1 describes them: "They primarily rely on tensor
+# parallelism for distributed LLM serving, with TensorRT-LLM additionally supporting expert parallelism
+# for expert layers";
+# the techniques it lists for them are FlashAttention, PagedAttention and continuous batching, not the
+# two-micro-batch overlap DeepSeek described later (2025-03). So: attention tensor-parallel over the whole
+# node, experts spread over it, one micro-batch. A diagnosis (revalidate), not the declared baseline.
+def ms_paper_baseline(model, setting: dict, *, tpot_slo_s: float, eff: Efficiency = Efficiency(),
+                      backend: str = "roofline") -> dict:
+    """MegaScale-Infer's EP-decode baseline priced as the paper describes TensorRT-LLM: tensor
+    parallelism over the ``baseline_gpus`` of ``setting`` (one node), experts spread across it, no
+    micro-batch overlap (:func:`decode_throughput`'s result)."""
+    gpus = int(setting["baseline_gpus"])
+    ctx = float(setting["input_tokens"]) + float(setting["output_tokens"]) / 2
+    grid = replace(validation_grid(gpus), tps=(gpus,), overlaps=(1,))
+    return decode_throughput(model, setting["gpu"], "D", precision="bf16", budget=gpus, context=ctx,
+                             tpot_slo_s=tpot_slo_s, eff=eff, backend=backend, grid=grid)
+
 
 # --- DistServe (OSDI'24, arXiv 2401.09670): chatbot, OPT-13B, A100-SXM4-80GB, FP16, Poisson arrivals ---
 DISTSERVE_SLO = S.SLO(ttft_s=0.25, tpot_s=0.1)  # Table 1 / section 6.1, chatbot OPT-13B
