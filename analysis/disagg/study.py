@@ -512,6 +512,7 @@ def gain_cells(eff_calibrated: Efficiency | None = None, *,
         for col, eff in effs.items():
             row[col], r = gain(eff, float(st["tpot_slo_s"]))
             if col == "simulated":
+                r_sim = r
                 row["edges"] = ",".join(e for m in ("AFD", "D") for e in r[m].get("edges", []))
                 row["detail"] = (f"AFD {r['AFD']['tokens_per_s_per_device']:,.0f} tok/s/GPU on "
                                  f"{r['AFD']['config'].get('devices', float('nan')):g} GPUs vs D "
@@ -520,6 +521,9 @@ def gain_cells(eff_calibrated: Efficiency | None = None, *,
         row["tbt_low"] = gain(effs["simulated"], float(tbt["low"]))[0]
         row["tbt_high"] = gain(effs["simulated"], float(tbt["high"]))[0]
         row["baseline_alt"] = gain(effs["simulated"], float(st["tpot_slo_s"]), int(base_alt))[0]
+        # the baseline as the paper describes TensorRT-LLM (the 'EP-decode baseline parallelism' sensitivity)
+        paper = P.ms_paper_baseline(model, st, tpot_slo_s=float(st["tpot_slo_s"]), eff=effs["simulated"])
+        row["baseline_paper"] = r_sim["AFD"]["tokens_per_s_per_device"] / paper["tokens_per_s_per_device"]
         row["error"] = row["simulated"] / ms_pub - 1
         rows.append(row)
     lo, hi = (data.published(f"distserve_chatbot_goodput_gain_{k}")["value"] for k in ("low", "high"))
