@@ -570,3 +570,15 @@ def test_the_chapter_and_its_evidence_page_name_different_figures():
     names = [set(re.findall(r"^    name: (fig-[\w-]+)$", p.read_text(encoding="utf-8"), re.M))
              for p in (CHAPTER, EVIDENCE)]
     assert names[0] and names[1] and not names[0] & names[1]  # Sphinx labels are global
+
+
+def test_duplicates_are_counted_once_and_grouped_in_the_skip_table():
+    """A row that repeats another's measurement is neither predictable nor 'cannot be predicted': it is
+    counted apart, and the skip-reason table groups every duplicate in one row, whatever row it repeats."""
+    rows = pd.DataFrame({"skip_reason": ["", "", "duplicate of a (the same measurement listed twice)",
+                                         "duplicate of b (the same measurement listed twice)", "no tp_size"],
+                         "id": list("abcde")})
+    val = {"rows": rows}
+    t = chapter.skipped_reason_table(val).data.set_index("skip reason")["rows (count)"]
+    assert t.to_dict() == {"duplicate of another row (the same measurement listed twice)": 2, "no tp_size": 1}
+    assert chapter._duplicate(rows).tolist() == [False, False, True, True, False]

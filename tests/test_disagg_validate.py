@@ -1,6 +1,7 @@
 """Validation of the chapter-3 simulator against the measured silicon runs: no silent skips,
 a grouped and deterministic split, finite predictions, and the calibration machinery."""
 import numpy as np
+import pandas as pd
 import pytest
 
 from analysis.disagg import validate as V
@@ -137,3 +138,23 @@ def test_validation_without_sensitivities_keeps_the_calibrated_predictions():
     assert lean["calibration"] == full["calibration"]
     cols = ["pred_ttft_ms", "pred_tpot_ms"]
     assert lean["pred"][cols].equals(full["pred"][cols])
+
+
+def test_a_measurement_listed_twice_is_predicted_once(rows):
+    """The export lists some runs twice (the database dump and a CSV export; DeepSeek-R1's also as
+    DeepSeek-V3's): every later copy is listed as a duplicate of a predictable row with the same setting and
+    the same measured TTFT and TPOT, and no two predictable rows share them, so none is both trained on and
+    held out."""
+    ok = rows[rows["skip_reason"] == ""]
+    key = [repr(k) for k in ok[list(V.DUPLICATE_KEY)].itertuples(index=False)]
+    assert len(set(key)) == len(key)
+    dup = rows[rows["skip_reason"].str.startswith("duplicate of ")]
+    assert len(dup) > 100  # hundreds in the 2026 export
+    by_id = ok.set_index("id")
+    for _, r in dup.head(50).iterrows():
+        kept = by_id.loc[r["skip_reason"].split()[2]]
+        assert all((pd.isna(r[c]) and pd.isna(kept[c])) or r[c] == kept[c] for c in V.DUPLICATE_KEY)
+    # the database dump's copy is the one kept where both are listed
+    both = dup[dup["source_kind"] == "db"]
+    kept_kind = by_id.loc[[s.split()[2] for s in both["skip_reason"]], "source_kind"]
+    assert both.empty or not kept_kind.eq("export").any()

@@ -166,9 +166,11 @@ def validation_values(val) -> dict:
     sensitivity that assumes one worker per stage for PD runs without worker counts."""
     rows, pred = val["rows"], val["pred"]
     ok = _predictable(val)
+    dup = _duplicate(rows)  # a measurement listed twice, predicted once (validate.DUPLICATE_KEY)
     out = {"ch3_val_rows": (len(rows), INT), "ch3_val_predictable": (int(ok.sum()), INT),
-           "ch3_val_unpredictable": (int((~ok).sum()), INT),
-           "ch3_val_unpredictable_frac": (float((~ok).mean()), PCT),
+           "ch3_val_duplicates": (int(dup.sum()), INT),
+           "ch3_val_unpredictable": (int((~ok & ~dup).sum()), INT),
+           "ch3_val_unpredictable_frac": (float((~ok & ~dup).sum() / (~dup).sum()), PCT),
            "ch3_val_train_rows": (int((ok & (pred["split"] == "train")).sum()), INT),
            "ch3_val_test_rows": (int((ok & (pred["split"] == "test")).sum()), INT),
            "ch3_val_assumed_precision": (int((ok & pred["assumed_precision"]).sum()), INT)}
@@ -249,16 +251,21 @@ def queueing_curve(val) -> pd.DataFrame:
     return qq.groupby("cbin")[["silicon_ttft_ms", "pred_ttft_ms"]].median()
 
 
+def _duplicate(rows: pd.DataFrame) -> pd.Series:
+    return rows["skip_reason"].str.startswith("duplicate of ")
+
+
 def _skipped(val) -> pd.DataFrame:
     rows = val["rows"]
     return rows[rows["skip_reason"] != ""]
 
 
 def skipped_reason_table(val):
-    """How many rows cannot be predicted, by reason."""
-    t = _skipped(val).groupby("skip_reason").size().rename("rows (count)").reset_index().rename(
-        columns={"skip_reason": "skip reason"})
-    return t.style.hide(axis="index")
+    """How many rows are not predicted, by reason (a duplicate's reason without the row it repeats)."""
+    reason = _skipped(val)["skip_reason"].str.replace(r"^duplicate of \S+", "duplicate of another row",
+                                                      regex=True)
+    t = reason.rename("skip reason").to_frame().groupby("skip reason").size().rename("rows (count)")
+    return t.reset_index().style.hide(axis="index")
 
 
 def skipped_list(val):

@@ -152,7 +152,8 @@ def load_rows(assume_workers: bool = False) -> pd.DataFrame:
     Disaggregated rows without worker counts (and batch limits) cannot be predicted: how many
     prefill and decode workers served the ``c`` clients decides both the decode batch and the
     prefill queue. With ``assume_workers=True`` they are predicted with one worker per stage (a
-    sensitivity, never part of the headline errors)."""
+    sensitivity, never part of the headline errors). A row that repeats another's measurement
+    (:data:`DUPLICATE_KEY`) is listed as its duplicate and predicted once."""
     df = pd.read_csv(data.path("aiconfigurator_silicon"))
     # rows without any precision field: the checkpoint's own dtype (a name without -FP8/-NVFP4 is
     # served in bf16); flagged in ``assumed_precision``
@@ -195,6 +196,7 @@ def load_rows(assume_workers: bool = False) -> pd.DataFrame:
     df["source_kind"] = np.where(
         df["silicon_data_source"].astype(str).str.startswith("db-dump"), "db", "export"
     )
+    _mark_duplicates(df)
     df["group"] = df["id"].astype(str).str.replace(r"_c\d+_", "_c_", regex=True)
     df["split"] = [
         ("train" if int(hashlib.sha256(g.encode()).hexdigest(), 16) % 2 == 0 else "test") for g in df["group"]
@@ -203,6 +205,26 @@ def load_rows(assume_workers: bool = False) -> pd.DataFrame:
         df["prefill_num_workers"].isna() | df["decode_num_workers"].isna()
     )
     return df
+
+
+# What makes two rows the same measurement: the run's setting and its measured TTFT and TPOT (to the last
+# digit). The export lists some runs twice: in the database dump and in a CSV export, and DeepSeek-R1's
+# runs also as DeepSeek-V3's (the same architecture, data/models.csv), so the model name is not part of it.
+DUPLICATE_KEY = ("system", "backend", "mode", *NUMERIC, "gemm_quant_mode", "moe_quant_mode",
+                 "silicon_ttft_ms", "silicon_tpot_ms")
+
+
+def _mark_duplicates(df: pd.DataFrame) -> None:
+    """List every predictable row that repeats an earlier one's measurement (:data:`DUPLICATE_KEY`) as a
+    duplicate of it (``skip_reason``), keeping the database dump's row, then the lowest id: a measurement
+    counted twice would weigh twice in the fit and could be trained on and held out at once."""
+    ok = df[df["skip_reason"] == ""]
+    ok = ok.assign(_db=ok["source_kind"] != "db").sort_values(["_db", "id"], kind="stable")
+    keys = [repr(k) for k in ok[list(DUPLICATE_KEY)].itertuples(index=False)]  # NaN reprs alike
+    first = pd.Series(ok["id"].to_numpy(), index=keys).groupby(level=0).transform("first")
+    dup = ok.index[first.to_numpy() != ok["id"].to_numpy()]
+    df.loc[dup, "skip_reason"] = [f"duplicate of {f} (the same measurement listed twice)"
+                                  for f in first.to_numpy()[first.to_numpy() != ok["id"].to_numpy()]]
 
 
 @dataclass
