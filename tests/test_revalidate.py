@@ -16,7 +16,7 @@ def _fake(monkeypatch, afd_over_d=0.8, dsv3=2324.0, ms_gain=0.7, ds=(4.8, 3.8, 3
     calls = {"decode": [], "distserve": []}
 
     def decode(model, device, mode, **kw):
-        calls["decode"].append((model, device, mode, kw["backend"], kw["eff"].overlap))
+        calls["decode"].append((model, device, mode, kw["backend"], kw["eff"].overlap, kw.get("context")))
         warnings.warn(S.GridEdgeWarning(f"{model} {mode} at an edge"))
         if device.startswith("A800") and kw.get("grid") is not None and kw["grid"].tps == (8,):
             v = ms_d if ms_paper is None else ms_paper  # the baseline as the paper describes TensorRT-LLM
@@ -44,10 +44,14 @@ def test_every_row_by_backend_and_overlap_without_warnings(monkeypatch, recwarn)
     calls = _fake(monkeypatch)
     t = R.revalidation_table(seeds=3)
     assert [w for w in recwarn.list if issubclass(w.category, S.GridEdgeWarning)] == []
-    # 2 backends x 2 overlaps x (2 StepFun cells + the ordering StepFun measured + the one it argues + 2
-    # MegaScale models x (gain + both sides' throughputs against Figure 8's bars + the baseline as the paper
-    # describes it and AFD over it)) + 3 draws + the means
-    assert len(t) == 2 * 2 * (4 + 2 * 5) + 3 + 1
+    # 2 backends x 2 overlaps x (3 StepFun cells (Step-3 AFD at 4K and 8K, DeepSeek-V3) + the ordering
+    # StepFun measured + the one it argues + 2 MegaScale models x (gain + both sides' throughputs against
+    # Figure 8's bars + the baseline as the paper describes it and AFD over it)) + 3 draws + the means
+    assert len(t) == 2 * 2 * (5 + 2 * 5) + 3 + 1
+    eight_k = t[t["row"] == "StepFun Step-3 AFD at 8K context (tokens/s per GPU)"]
+    assert len(eight_k) == 4 and (eight_k["published"] == data.published(
+        "stepfun_step3_afd_8k_tps_per_gpu")["value"]).all()
+    assert ("Step-3", "AFD", 8192.0) in {(c[0], c[2], c[5]) for c in calls["decode"]}
     assert set(t["backend"]) == {"roofline", "measured"}
     assert {c[3] for c in calls["decode"]} == {"roofline", "measured"}
     assert sorted({c[4] for c in calls["decode"]}) == sorted({S.Efficiency().overlap, 1.0})
@@ -142,7 +146,7 @@ def test_megascale_sides_against_figure_8s_bars(monkeypatch):
     assert v["ch3_reval_ms_side_reading"] == "the gap is mostly on the AFD side"
     assert v["ch3_reval_ms_side_short"] == "mostly on the AFD side"
     # the StepFun words read only StepFun's rows
-    assert v["ch3_reval_stepfun_within"].endswith("of 2")
+    assert v["ch3_reval_stepfun_within"].endswith("of 3")
     _fake(monkeypatch, ms_gain=0.95, ms_d=1600.0)  # EP decode far above TensorRT-LLM's bar, AFD near MSI's
     v = R.revalidation_values(R.revalidation_table(seeds=1, backends=("roofline",), overlaps=(1.0,)))
     assert v["ch3_reval_ms_base_farther"] == "2 of 2"

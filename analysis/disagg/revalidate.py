@@ -58,6 +58,7 @@ MS_BARS = {"D": ("megascale_infer_fig8_trtllm_tps_", "TensorRT-LLM"),
 
 def _published() -> dict:
     keys = ("stepfun_step3_afd_tps_per_gpu", "stepfun_dsv3_tps_per_gpu",
+            "stepfun_step3_afd_8k_tps_per_gpu",
             "megascale_infer_gain_vs_trtllm_mixtral_dbrx", "distserve_chatbot_goodput_gain_low",
             "distserve_chatbot_goodput_gain_high")
     return {k: data.published(k)["value"] for k in keys}
@@ -112,6 +113,13 @@ def revalidation_table(seeds: int = 3, n_requests: int = 600, backends=BACKENDS,
                 err = t[key] / pub[pkey] - 1
                 add(name, "throughput", backend, ov, t[key], pub[pkey], f"{pub[pkey]:,.0f}", err,
                     abs(err) <= TOL, r[key].get("edges", []))
+            # the report's 8K-context figure (Table 8): the same cell at 8,192 tokens of context
+            r8 = P.decode_throughput("Step-3", device, "AFD", budget=budget, eff=eff, backend=backend,
+                                     context=8192.0)
+            pub8 = pub["stepfun_step3_afd_8k_tps_per_gpu"]
+            tps8 = r8["tokens_per_s_per_device"]
+            add("StepFun Step-3 AFD at 8K context (tokens/s per GPU)", "throughput", backend, ov, tps8, pub8,
+                f"{pub8:,.0f}", tps8 / pub8 - 1, abs(tps8 / pub8 - 1) <= TOL, r8.get("edges", []))
             ratio = t["Step-3 AFD"] / t["DeepSeek-V3 D"]
             s3_pub, ds_pub = pub["stepfun_step3_afd_tps_per_gpu"], pub["stepfun_dsv3_tps_per_gpu"]
             add("StepFun ordering: Step-3 AFD / DeepSeek-V3 EP decode", "ordering", backend, ov, ratio,
