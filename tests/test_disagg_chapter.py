@@ -551,6 +551,9 @@ def test_stepfun_orderings_are_judged_from_the_cells():
     assert v["order_dsv3"].verdict == claims.REPRODUCED  # 3,000 over 2,000
     assert v["order"].verdict == claims.NOT_REPRODUCED  # 3,000 under 3,500
     assert v["order_dsv3"].computed == {"Step-3 AFD": 3000.0, "DeepSeek-V3 EP decode": 2000.0}
+    # declared after the result (an amendment of the first reading): under it, Step-3's own EP decode wins
+    assert v["order_dsv3"].original_verdict == claims.NOT_REPRODUCED
+    assert ("ordered against", "Step-3 EP decode", claims.NOT_REPRODUCED) in v["order_dsv3"].flips
 
 
 def test_edge_table_counts_the_feasible_best_plans_per_mode_and_edge():

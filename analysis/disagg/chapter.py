@@ -314,7 +314,12 @@ def production_verdicts(prod: pd.DataFrame) -> dict:
             return {first_name: first[col], second_name: second[col]}
         return scores("simulated"), lambda name, val: scores("raw" if val == "stated" else "simulated")
     own, own_re = ordered(s3a, "AFD", s3d, "D")
-    vs_dsv3, vs_dsv3_re = ordered(s3a, "Step-3 AFD", dsv3, "DeepSeek-V3 EP decode")
+    vs_dsv3, at_eff = ordered(s3a, "Step-3 AFD", dsv3, "DeepSeek-V3 EP decode")
+
+    def vs_dsv3_re(name, val):  # 'ordered against' Step-3's own EP decode: the first reading (amended)
+        if name == "ordered against":
+            return {"Step-3 AFD": s3a["simulated"], str(val): s3d["simulated"]}
+        return at_eff(name, val)
     return {"s3": claims.evaluate("ch3_val_step3_afd", s3a["simulated"], recompute=_stated_or(s3a)),
             "dsv3": claims.evaluate("ch3_val_dsv3_decode", dsv3["simulated"], recompute=_stated_or(dsv3)),
             "order": claims.evaluate("ch3_val_step3_order", own, recompute=own_re),
