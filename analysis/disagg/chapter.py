@@ -18,6 +18,7 @@ from .. import cache, claims, data, measured, report
 from .. import forward as costs
 from . import des, devices, study
 from . import search as S
+from . import validate as V
 from .validate import summary
 
 INT = "{:,.0f}"      # counts
@@ -252,7 +253,7 @@ def queueing_curve(val) -> pd.DataFrame:
 
 
 def _duplicate(rows: pd.DataFrame) -> pd.Series:
-    return rows["skip_reason"].str.startswith("duplicate of ")
+    return rows["skip_reason"].str.startswith(V.DUPLICATE_PREFIX)
 
 
 def _skipped(val) -> pd.DataFrame:
@@ -262,8 +263,8 @@ def _skipped(val) -> pd.DataFrame:
 
 def skipped_reason_table(val):
     """How many rows are not predicted, by reason (a duplicate's reason without the row it repeats)."""
-    reason = _skipped(val)["skip_reason"].str.replace(r"^duplicate of \S+", "duplicate of another row",
-                                                      regex=True)
+    reason = _skipped(val)["skip_reason"].str.replace(rf"^{V.DUPLICATE_PREFIX}\S+",
+                                                      f"{V.DUPLICATE_PREFIX}another row", regex=True)
     t = reason.rename("skip reason").to_frame().groupby("skip reason").size().rename("rows (count)")
     return t.reset_index().style.hide(axis="index")
 

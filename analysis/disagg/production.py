@@ -124,10 +124,10 @@ def afd_gain(model, setting: dict, *, tpot_slo_s: float, eff: Efficiency = Effic
 
 # MegaScale-Infer's baselines as its section 7.1 describes them: "They primarily rely on tensor
 # parallelism for distributed LLM serving, with TensorRT-LLM additionally supporting expert parallelism
-# for expert layers";
-# the techniques it lists for them are FlashAttention, PagedAttention and continuous batching, not the
-# two-micro-batch overlap DeepSeek described later (2025-03). So: attention tensor-parallel over the whole
-# node, experts spread over it, one micro-batch. A diagnosis (revalidate), not the declared baseline.
+# for expert layers"; the techniques it lists for them are FlashAttention, PagedAttention and continuous
+# batching, not the two-micro-batch overlap DeepSeek described later (2025-03). So: attention
+# tensor-parallel over the whole node, experts spread over it, one micro-batch. A diagnosis (revalidate)
+# and a declared sensitivity of ch3_val_megascale, not its declared baseline.
 def ms_paper_baseline(model, setting: dict, *, tpot_slo_s: float, eff: Efficiency = Efficiency(),
                       backend: str = "roofline") -> dict:
     """MegaScale-Infer's EP-decode baseline priced as the paper describes TensorRT-LLM: tensor

@@ -212,6 +212,7 @@ def load_rows(assume_workers: bool = False) -> pd.DataFrame:
 # runs also as DeepSeek-V3's (the same architecture, data/models.csv), so the model name is not part of it.
 DUPLICATE_KEY = ("system", "backend", "mode", *NUMERIC, "gemm_quant_mode", "moe_quant_mode",
                  "silicon_ttft_ms", "silicon_tpot_ms")
+DUPLICATE_PREFIX = "duplicate of "  # a duplicate's skip reason: this, the id of the row it repeats, why
 
 
 def _mark_duplicates(df: pd.DataFrame) -> None:
@@ -221,10 +222,10 @@ def _mark_duplicates(df: pd.DataFrame) -> None:
     ok = df[df["skip_reason"] == ""]
     ok = ok.assign(_db=ok["source_kind"] != "db").sort_values(["_db", "id"], kind="stable")
     keys = [repr(k) for k in ok[list(DUPLICATE_KEY)].itertuples(index=False)]  # NaN reprs alike
-    first = pd.Series(ok["id"].to_numpy(), index=keys).groupby(level=0).transform("first")
-    dup = ok.index[first.to_numpy() != ok["id"].to_numpy()]
-    df.loc[dup, "skip_reason"] = [f"duplicate of {f} (the same measurement listed twice)"
-                                  for f in first.to_numpy()[first.to_numpy() != ok["id"].to_numpy()]]
+    first = pd.Series(ok["id"].to_numpy(), index=keys).groupby(level=0).transform("first").to_numpy()
+    later = first != ok["id"].to_numpy()
+    df.loc[ok.index[later], "skip_reason"] = [f"{DUPLICATE_PREFIX}{f} (the same measurement listed twice)"
+                                              for f in first[later]]
 
 
 @dataclass
