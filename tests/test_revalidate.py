@@ -318,3 +318,18 @@ def test_megascale_baseline_as_the_paper_describes_it(monkeypatch):
     v = R.revalidation_values(R.revalidation_table(seeds=1, backends=("roofline",), overlaps=(1.0,)))
     assert v["ch3_reval_ms_paper_within"].startswith("0 of")
     assert v["ch3_reval_ms_paper_reading"].startswith("so how the paper's TensorRT-LLM was parallelised")
+
+
+def test_the_paper_baseline_is_tensor_parallel_over_the_node_with_one_micro_batch():
+    """production.ms_paper_baseline prices the real search on a grid cut to the paper's description: its
+    plan is tensor-parallel over the whole node with one micro-batch, and it cannot beat the searched
+    baseline, whose grid holds it."""
+    from analysis import claims
+    warnings.simplefilter("ignore", S.GridEdgeWarning)
+    st = claims.rule("ch3_val_megascale")["setting"]
+    model, slo = st["model"][0], float(st["tpot_slo_s"])
+    paper = P.ms_paper_baseline(model, st, tpot_slo_s=slo)
+    cfg = paper["config"]
+    assert cfg["tp"] == cfg["size"] == int(st["baseline_gpus"]) and cfg["ovl"] == 1
+    _, searched = P.afd_gain(model, st, tpot_slo_s=slo)
+    assert paper["tokens_per_s_per_device"] <= searched["D"]["tokens_per_s_per_device"] + 1e-9
